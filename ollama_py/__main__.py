@@ -1,0 +1,3 @@
+from ollama_py.cli.main import main
+
+main()

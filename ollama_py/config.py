@@ -1,0 +1,199 @@
+"""Settings: one frozen dataclass built once from the environment (and CLI flags), then passed down.
+
+Nothing below the CLI and the server's start-up reads os.environ; they get a Settings.
+Variable names, defaults and parsing follow Ollama's envconfig.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import platformdirs
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 11434
+FOREVER = float("inf")
+DEFAULT_RUNNERS_DIR = Path(__file__).resolve().parent.parent / "runners"
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from an Ollama duration: a number of seconds, or a Go duration string ("5m", "1h30m", "-1s").
+
+    Negative means forever (returned as +inf). Raises ValueError for anything else.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().strip("\"'")
+        try:
+            seconds = float(text)
+        except ValueError:
+            sign = -1.0 if text.startswith("-") else 1.0
+            body = text.lstrip("+-")
+            pos, total = 0, 0.0
+            for m in _DURATION_RE.finditer(body):
+                if m.start() != pos:
+                    break
+                total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+                pos = m.end()
+            if not body or pos != len(body):
+                raise ValueError(f'time: invalid duration "{value}"') from None
+            seconds = sign * total
+    else:
+        raise ValueError(f"invalid duration {value!r}")
+    if seconds != seconds:  # NaN
+        raise ValueError(f"invalid duration {value!r}")
+    return FOREVER if seconds < 0 else seconds
+
+
+def _var(env: dict[str, str], key: str) -> str:
+    return env.get(key, "").strip().strip("\"'").strip()
+
+
+def _bool(env: dict[str, str], key: str) -> bool:
+    raw = _var(env, key).lower()
+    if not raw:
+        return False
+    return raw not in ("0", "false", "f", "no", "off")  # like Ollama: unparsable non-empty counts as true
+
+
+def _uint(env: dict[str, str], key: str, default: int) -> int:
+    raw = _var(env, key)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+        if value < 0:
+            raise ValueError
+        return value
+    except ValueError:
+        log.warning("invalid environment variable, using default: %s=%r default=%s", key, raw, default)
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+
+
+def parse_host(raw: str) -> Host:
+    """OLLAMA_HOST forms: "", "host", "host:port", ":port", "scheme://host[:port][/path]"."""
+    raw = raw.strip().strip("\"'").strip()
+    if not raw:
+        return Host("http", "127.0.0.1", DEFAULT_PORT)
+    scheme, default_port = "http", DEFAULT_PORT
+    if "://" in raw:
+        scheme, _, rest = raw.partition("://")
+        default_port = {"http": 80, "https": 443}.get(scheme, DEFAULT_PORT)
+    else:
+        rest = raw
+    parts = urlsplit(f"//{rest}")
+    host = parts.hostname or "127.0.0.1"
+    try:
+        port = parts.port or default_port
+    except ValueError:
+        port = DEFAULT_PORT
+    if host == "ollama.com" and "://" not in raw:
+        scheme, port = "https", 443
+    return Host(scheme, host, port)
+
+
+def default_models_dir() -> Path:
+    return Path(platformdirs.user_data_dir("ollama-py")) / "models"
+
+
+def data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("ollama-py"))
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: Host = field(default_factory=lambda: parse_host(""))
+    models: Path = field(default_factory=default_models_dir)
+    runners_dir: Path = DEFAULT_RUNNERS_DIR
+    keep_alive: float = 300.0
+    load_timeout: float = 300.0
+    max_loaded_models: int = 0  # 0 = auto (3 per GPU, 3 on CPU)
+    num_parallel: int = 1
+    max_queue: int = 512
+    context_length: int = 4096
+    origins: tuple[str, ...] = ()
+    flash_attention: str | None = None  # "on" | "off" | None (auto)
+    kv_cache_type: str = ""
+    noprune: bool = False
+    sched_spread: bool = False
+    llm_library: str = ""
+    debug: bool = False
+    gpu_overhead: int = 0
+    nohistory: bool = False
+    api_keys: tuple[str, ...] = ()
+    rpc_servers: tuple[str, ...] = ()
+    max_body_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
+        env = dict(os.environ if env is None else env)
+
+        def duration(key: str, default: float) -> float:
+            raw = _var(env, key)
+            if not raw:
+                return default
+            try:
+                return parse_duration(raw)
+            except ValueError:
+                log.warning("invalid environment variable, using default: %s=%r", key, raw)
+                return default
+
+        load_timeout = duration("OLLAMA_LOAD_TIMEOUT", 300.0)
+        if load_timeout <= 0:
+            load_timeout = FOREVER
+        fa = _var(env, "OLLAMA_FLASH_ATTENTION")
+        flash = None if not fa else ("off" if fa.lower() in ("0", "false", "off", "no") else "on")
+        models = _var(env, "OLLAMA_MODELS")
+        runners = _var(env, "OLLAMA_RUNNERS_DIR")
+        keys = _var(env, "OLLAMA_API_KEYS") or _var(env, "OLLAMA_API_KEY_SERVER")
+        settings = cls(
+            host=parse_host(env.get("OLLAMA_HOST", "")),
+            models=Path(models).expanduser() if models else default_models_dir(),
+            runners_dir=Path(runners).expanduser() if runners else DEFAULT_RUNNERS_DIR,
+            keep_alive=duration("OLLAMA_KEEP_ALIVE", 300.0),
+            load_timeout=load_timeout,
+            max_loaded_models=_uint(env, "OLLAMA_MAX_LOADED_MODELS", 0),
+            num_parallel=max(_uint(env, "OLLAMA_NUM_PARALLEL", 1), 1),
+            max_queue=_uint(env, "OLLAMA_MAX_QUEUE", 512),
+            context_length=_uint(env, "OLLAMA_CONTEXT_LENGTH", 0) or 4096,
+            origins=tuple(o.strip() for o in _var(env, "OLLAMA_ORIGINS").split(",") if o.strip()),
+            flash_attention=flash,
+            kv_cache_type=_var(env, "OLLAMA_KV_CACHE_TYPE"),
+            noprune=_bool(env, "OLLAMA_NOPRUNE"),
+            sched_spread=_bool(env, "OLLAMA_SCHED_SPREAD"),
+            llm_library=_var(env, "OLLAMA_LLM_LIBRARY"),
+            debug=_bool(env, "OLLAMA_DEBUG"),
+            gpu_overhead=_uint(env, "OLLAMA_GPU_OVERHEAD", 0),
+            nohistory=_bool(env, "OLLAMA_NOHISTORY"),
+            api_keys=tuple(k.strip() for k in keys.split(",") if k.strip()),
+            rpc_servers=tuple(s.strip() for s in _var(env, "OLLAMA_RPC_SERVERS").split(",") if s.strip()),
+        )
+        return replace(settings, **overrides) if overrides else settings

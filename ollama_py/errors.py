@@ -1,0 +1,109 @@
+"""The exception tree of ollama-py. Handlers raise; one table in server/errors.py maps to HTTP.
+
+    OllamaError(message)                      status 500 unless a subclass says otherwise
+    ├── BadRequest                            400  {"error": "..."}
+    │   ├── InvalidModelName                  400  "invalid model name"
+    │   ├── InvalidOption                     400  option "x" must be of type ...
+    │   ├── DigestMismatch                    400  digest mismatch, expected ..., got ...
+    │   ├── ModelfileError(line, msg)         400  "(line N): msg"
+    │   └── TemplateError                     400  a template we cannot render, naming the construct
+    ├── Forbidden                             403
+    ├── NotFound                              404
+    │   └── ModelNotFound(name)               404  model 'x' not found
+    ├── RequestCanceled                       499  request canceled
+    ├── ServerBusy                            503  server busy, please try again.  maximum pending requests exceeded
+    ├── RunnerError                           500  the runner failed (carries the stderr tail)
+    │   └── RunnerLoadError                   500  error loading model ...
+    └── RegistryError                         500  a registry said no (Unauthorized is 401)
+        └── Unauthorized                      401  unauthorized: access denied
+"""
+
+from __future__ import annotations
+
+
+class OllamaError(Exception):
+    status = 500
+
+    def __init__(self, message: str = "", *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class BadRequest(OllamaError):
+    status = 400
+
+
+class InvalidModelName(BadRequest):
+    def __init__(self, message: str = "invalid model name") -> None:
+        super().__init__(message)
+
+
+class InvalidOption(BadRequest):
+    pass
+
+
+class DigestMismatch(BadRequest):
+    pass
+
+
+class ModelfileError(BadRequest):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"(line {line}): {message}" if line else message)
+        self.line = line
+        self.reason = message
+
+
+class TemplateError(BadRequest):
+    pass
+
+
+class Forbidden(OllamaError):
+    status = 403
+
+
+class NotFound(OllamaError):
+    status = 404
+
+
+class ModelNotFound(NotFound):
+    def __init__(self, name: str, message: str | None = None) -> None:
+        super().__init__(message or f"model '{name}' not found")
+        self.name = name
+
+
+class RequestCanceled(OllamaError):
+    status = 499
+
+    def __init__(self, message: str = "request canceled") -> None:
+        super().__init__(message)
+
+
+class ServerBusy(OllamaError):
+    status = 503
+
+    def __init__(self, message: str = "server busy, please try again.  maximum pending requests exceeded") -> None:
+        super().__init__(message)
+
+
+class RunnerError(OllamaError):
+    status = 500
+
+
+class RunnerLoadError(RunnerError):
+    pass
+
+
+class RegistryError(OllamaError):
+    status = 500
+
+
+class Unauthorized(RegistryError):
+    status = 401
+
+    def __init__(self, message: str = "unauthorized: access denied") -> None:
+        super().__init__(message)

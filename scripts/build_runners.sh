@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Build upstream llama.cpp (llama-server, llama-quantize, ggml-rpc-server) per variant into runners/<variant>/.
+#
+# Usage: scripts/build_runners.sh [VARIANT...]      VARIANT: cpu cpu_avx2 cuda metal
+#   no argument: every variant this host can build and run.
+#
+# Source (one pinned upstream revision):
+#   default                the llama.cpp tree vendored verbatim in the PyPI sdist llama-cpp-python==0.3.36,
+#                          sha256-verified;
+#   LLAMA_CPP_SRC=DIR      a llama.cpp checkout of your own;
+#   LLAMA_CPP_GIT=URL LLAMA_CPP_REF=TAG   a git clone of that tag (for hosts that reach it).
+# Cache: OLLAMA_PY_CACHE (default ~/.cache/ollama-py). Same source + same flags = nothing to do.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${OLLAMA_PY_CACHE:-$HOME/.cache/ollama-py}"
+RUNNERS="${OLLAMA_RUNNERS_DIR:-$ROOT/runners}"
+SDIST_VERSION="0.3.36"
+SDIST_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+JOBS="${JOBS:-$(nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)}"
+TARGETS=(llama-server llama-quantize ggml-rpc-server)
+
+step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'build_runners: error: %s\n' "$*" >&2; exit 1; }
+need() { command -v "$1" >/dev/null 2>&1 || die "step '$2' needs '$1', which is not installed ($3)"; }
+
+need cmake configure "apt-get install cmake, or brew install cmake"
+need c++ compile "apt-get install g++, or xcode-select --install"
+need python3 source "install Python >= 3.11"
+
+host_variants() {
+  local arch; arch="$(uname -m)"
+  if [ "$(uname -s)" = Darwin ] && [ "$arch" = arm64 ]; then echo metal; return; fi
+  local v="cpu"
+  if [ "$arch" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo \
+     && grep -qw f16c /proc/cpuinfo; then v="$v cpu_avx2"; fi
+  if command -v nvcc >/dev/null 2>&1 && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    v="$v cuda"
+  fi
+  echo "$v"
+}
+
+variant_flags() {
+  local common="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_RPC=ON \
+-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_BACKEND_DL=OFF"
+  local x86_off="-DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_AVX512=OFF \
+-DGGML_AVX_VNNI=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
+-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_BMI2=OFF -DGGML_SSE42=OFF"
+  case "$1" in
+    cpu) echo "$common $x86_off -DGGML_METAL=OFF" ;;
+    cpu_avx2) echo "$common ${x86_off//-DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF/-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON} -DGGML_SSE42=ON" | sed 's/-DGGML_SSE42=OFF//' ;;
+    cuda) echo "$common -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-70;75;80;86;89;90} -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" ;;
+    metal) echo "$common -DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON" ;;
+    *) die "unknown variant '$1' (known: cpu cpu_avx2 cuda metal)" ;;
+  esac
+}
+
+fetch_source() {
+  if [ -n "${LLAMA_CPP_SRC:-}" ]; then
+    [ -f "$LLAMA_CPP_SRC/CMakeLists.txt" ] || die "LLAMA_CPP_SRC=$LLAMA_CPP_SRC is not a llama.cpp checkout"
+    SRC="$(cd "$LLAMA_CPP_SRC" && pwd)"; SRC_ID="dir-$(cd "$SRC" && (git rev-parse HEAD 2>/dev/null || echo local))"
+    SRC_VERSION="local"; return
+  fi
+  if [ -n "${LLAMA_CPP_GIT:-}" ]; then
+    need git source "apt-get install git"
+    local ref="${LLAMA_CPP_REF:?set LLAMA_CPP_REF to a tag with LLAMA_CPP_GIT}"
+    SRC="$CACHE/src/git-$ref"
+    [ -d "$SRC" ] || { step "cloning $LLAMA_CPP_GIT at $ref"; git clone --depth 1 --branch "$ref" "$LLAMA_CPP_GIT" "$SRC.tmp" && mv "$SRC.tmp" "$SRC"; }
+    SRC_ID="git-$(cd "$SRC" && git rev-parse HEAD)"; SRC_VERSION="$ref"; return
+  fi
+  local dir="$CACHE/src" tarball="$CACHE/src/llama_cpp_python-$SDIST_VERSION.tar.gz"
+  mkdir -p "$dir"
+  if [ ! -f "$tarball" ]; then
+    step "source: downloading llama-cpp-python==$SDIST_VERSION sdist from PyPI"
+    python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+      "llama-cpp-python==$SDIST_VERSION" -d "$dir.dl" 2>/dev/null \
+      || python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$SDIST_VERSION" -d "$dir.dl" \
+      || die "step 'source' failed: pip could not download llama-cpp-python==$SDIST_VERSION"
+    mv "$dir.dl/llama_cpp_python-$SDIST_VERSION.tar.gz" "$tarball"; rm -rf "$dir.dl"
+  fi
+  local got; got="$( (sha256sum "$tarball" 2>/dev/null || shasum -a 256 "$tarball") | cut -d' ' -f1)"
+  if [ "$got" != "$SDIST_SHA256" ]; then
+    die "step 'source' failed: $tarball has sha256 $got, expected $SDIST_SHA256; delete it and retry"
+  fi
+  SRC="$dir/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp"
+  if [ ! -f "$SRC/.extracted" ]; then
+    step "source: extracting vendor/llama.cpp"
+    rm -rf "$dir/llama_cpp_python-$SDIST_VERSION"
+    tar -xzf "$tarball" -C "$dir"
+    touch "$SRC/.extracted"
+  fi
+  SRC_ID="sdist-$SDIST_SHA256"; SRC_VERSION="llama-cpp-python-$SDIST_VERSION"
+}
+
+build_variant() {
+  local variant="$1" flags key bdir out
+  flags="$(variant_flags "$variant" | tr -s ' ')"
+  key="$(printf '%s\n%s\n' "$SRC_ID" "$flags" | (sha256sum 2>/dev/null || shasum -a 256) | cut -c1-16)"
+  out="$RUNNERS/$variant"
+  if [ -f "$out/build-info.json" ] && grep -q "\"key\": \"$key\"" "$out/build-info.json" \
+     && [ -x "$out/llama-server" ]; then
+    step "$variant: up to date ($out)"; return
+  fi
+  bdir="$CACHE/build/$variant-$key"
+  local launcher=""
+  if command -v ccache >/dev/null 2>&1; then
+    launcher="-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+  fi
+  if [ ! -x "$bdir/bin/llama-server" ] || [ ! -f "$bdir/.done" ]; then
+    step "$variant: configure ($bdir)"
+    # shellcheck disable=SC2086
+    cmake -S "$SRC" -B "$bdir" -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" \
+      $flags $launcher >"$bdir.configure.log" 2>&1 \
+      || { tail -30 "$bdir.configure.log" >&2; die "step 'configure' of $variant failed (log: $bdir.configure.log)"; }
+    step "$variant: compile ${TARGETS[*]} with $JOBS jobs"
+    cmake --build "$bdir" --config Release -j "$JOBS" --target "${TARGETS[@]}" 2>&1 \
+      | tee "$bdir.build.log" | grep --line-buffered -E '^\[[0-9]+/[0-9]+\]|error' \
+      | awk '{ printf "\r  %s", substr($0, 1, 100); fflush() } END { print "" }' >&2
+    [ "${PIPESTATUS[0]}" -eq 0 ] && [ -x "$bdir/bin/llama-server" ] \
+      || { tail -40 "$bdir.build.log" >&2; die "step 'compile' of $variant failed (log: $bdir.build.log)"; }
+    touch "$bdir/.done"
+  fi
+  step "$variant: install into $out"
+  local tmp="$out.tmp.$$"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  for t in "${TARGETS[@]}"; do cp "$bdir/bin/$t" "$tmp/"; done
+  ln -sf ggml-rpc-server "$tmp/rpc-server"
+  local commit version
+  commit="$(grep -m1 -oE 'LLAMA_BUILD_COMMIT[^"]*"[^"]*"' "$bdir/common/build-info.cpp" 2>/dev/null | sed 's/.*"\(.*\)"/\1/' || true)"
+  version="$("$tmp/llama-server" --version 2>&1 | grep -m1 -i version || true)"
+  python3 - "$tmp/build-info.json" "$variant" "$key" "$flags" "$SRC_ID" "$SRC_VERSION" "$version" "$commit" <<'PY'
+import json, sys, time
+path, variant, key, flags, src, srcver, version, commit = sys.argv[1:]
+json.dump({"variant": variant, "key": key, "cmake_flags": flags.split(), "source": src,
+           "source_version": srcver, "llama_cpp_version": version.strip(), "commit": commit,
+           "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+          open(path, "w"), indent=1)
+PY
+  rm -rf "$out"; mv "$tmp" "$out"
+  step "$variant: done ($(cd "$out" && ls | tr '\n' ' '))"
+}
+
+main() {
+  local variants=("$@")
+  [ ${#variants[@]} -gt 0 ] || read -r -a variants <<<"$(host_variants)"
+  for v in "${variants[@]}"; do variant_flags "$v" >/dev/null; done
+  fetch_source
+  mkdir -p "$RUNNERS" "$CACHE/build"
+  for v in "${variants[@]}"; do build_variant "$v"; done
+}
+main "$@"
