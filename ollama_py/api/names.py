@@ -1,0 +1,104 @@
+"""Model names, as a value.
+
+Grammar (Ollama's types/model/name.go):
+
+    name      := [scheme "://"] [host "/"] [namespace "/"] model [":" tag] ["@" digest]
+    host      := part with "." and ":" allowed            1..350 chars
+    namespace := part                                    1..80
+    model     := part with "." allowed                    1..80
+    tag       := part with "." allowed                    1..80
+    part      := [A-Za-z0-9_] [A-Za-z0-9_.-]*
+
+The tag is split at the last ":" only when it comes after the last "/"; the rest is split on "/" from
+the right. Missing parts take the defaults registry.ollama.ai / library / latest (scheme https).
+Anything else — "..", empty parts, absolute paths, backslashes — is not a name: InvalidModelName.
+Lookups of existing names are case-insensitive (the store's job); the value keeps the user's case.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ollama_py.errors import InvalidModelName
+
+DEFAULT_HOST = "registry.ollama.ai"
+DEFAULT_NAMESPACE = "library"
+DEFAULT_TAG = "latest"
+
+_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-:]*\Z")
+_DIGEST = re.compile(r"sha256[:-][0-9a-fA-F]{64}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelName:
+    host: str
+    namespace: str
+    model: str
+    tag: str
+    scheme: str = "https"
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.namespace}/{self.model}:{self.tag}"
+
+    @property
+    def short(self) -> str:
+        """The shortest display form: drops the default host and the library namespace (llama3.2:latest)."""
+        if self.host.lower() != DEFAULT_HOST:
+            return f"{self.host}/{self.namespace}/{self.model}:{self.tag}"
+        if self.namespace.lower() != DEFAULT_NAMESPACE:
+            return f"{self.namespace}/{self.model}:{self.tag}"
+        return f"{self.model}:{self.tag}"
+
+    @property
+    def parts(self) -> tuple[str, str, str, str]:
+        """Path components below manifests/."""
+        return (self.host, self.namespace, self.model, self.tag)
+
+    @property
+    def repository(self) -> str:
+        return f"{self.namespace}/{self.model}"
+
+    def key(self) -> tuple[str, str, str, str]:
+        """Case-insensitive identity."""
+        return tuple(p.lower() for p in self.parts)  # type: ignore[return-value]
+
+
+def parse_name(raw: str) -> ModelName:
+    """Parse and validate a model name, filling defaults. Raises InvalidModelName."""
+    if not isinstance(raw, str):
+        raise InvalidModelName()
+    s = raw.strip()
+    scheme = "https"
+    if "://" in s:
+        scheme, _, s = s.partition("://")
+        if scheme not in ("http", "https"):
+            raise InvalidModelName()
+    if "@" in s:
+        s, _, digest = s.partition("@")
+        if not _DIGEST.match(digest):
+            raise InvalidModelName()
+    tag = DEFAULT_TAG
+    colon, slash = s.rfind(":"), s.rfind("/")
+    if colon > slash:
+        s, tag = s[:colon], s[colon + 1 :]
+    pieces = s.split("/")
+    if len(pieces) > 3 or not s:
+        raise InvalidModelName()
+    model = pieces[-1]
+    namespace = pieces[-2] if len(pieces) >= 2 else DEFAULT_NAMESPACE
+    host = pieces[-3] if len(pieces) == 3 else DEFAULT_HOST
+    ok = (
+        1 <= len(host) <= 350 and _HOST.match(host)
+        and 1 <= len(namespace) <= 80 and _PART.match(namespace) and "." not in namespace
+        and 1 <= len(model) <= 80 and _PART.match(model)
+        and 1 <= len(tag) <= 80 and _PART.match(tag)
+    )
+    if not ok or any(p in (".", "..") or p.startswith("..") for p in (host, namespace, model, tag)):
+        raise InvalidModelName()
+    return ModelName(host, namespace, model, tag, scheme)
+
+
+def is_valid_digest(digest: str) -> bool:
+    return isinstance(digest, str) and bool(_DIGEST.match(digest))

@@ -1,0 +1,54 @@
+"""One table from exceptions to HTTP: every handler raises, this middleware answers.
+
+Native routes answer Ollama's {"error": "..."}; /v1 routes answer OpenAI's envelope
+{"error": {"message", "type", "param", "code"}} (Anthropic's for /v1/messages).
+Once a stream has started, handlers write a final error line themselves (see server/streaming.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import web
+
+from ollama_py.errors import OllamaError
+
+log = logging.getLogger(__name__)
+
+_OPENAI_TYPES = {400: "invalid_request_error", 404: "not_found_error"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                    503: "overloaded_error"}
+
+
+def error_body(path: str, status: int, message: str) -> dict:
+    if path.startswith("/v1/messages"):
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    if path.startswith("/v1/"):
+        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
+                          "param": None, "code": None}}
+    return {"error": message}
+
+
+def error_response(request: web.Request, status: int, message: str) -> web.Response:
+    return web.json_response(error_body(request.path, status, message), status=status,
+                             dumps=lambda o: json.dumps(o, ensure_ascii=False))
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except OllamaError as e:
+        if e.status >= 500:
+            log.warning("%s %s -> %d: %s", request.method, request.path, e.status, e)
+        return error_response(request, e.status, str(e))
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(request, 413, "request body too large")
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        message = {404: "404 page not found", 405: "405 method not allowed"}.get(e.status, e.reason)
+        return error_response(request, e.status, message)
+    except json.JSONDecodeError as e:
+        return error_response(request, 400, f"invalid JSON: {e}")

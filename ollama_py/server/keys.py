@@ -1,0 +1,19 @@
+"""Typed application keys: what the aiohttp app holds for its handlers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ollama_py.config import Settings
+
+if TYPE_CHECKING:
+    from ollama_py.scheduler.scheduler import Scheduler
+    from ollama_py.server.metrics import Metrics
+    from ollama_py.store.models import ModelStore
+
+SETTINGS = web.AppKey("settings", Settings)
+STORE: web.AppKey["ModelStore"] = web.AppKey("store")
+SCHEDULER: web.AppKey["Scheduler"] = web.AppKey("scheduler")
+METRICS: web.AppKey["Metrics"] = web.AppKey("metrics")
