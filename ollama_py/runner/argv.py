@@ -1,0 +1,77 @@
+"""The launch spec of one llama-server child and the pure function that turns it into argv."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything that decides how a llama-server child is started. Two requests that produce the same
+    spec can share a runner; a different spec means a reload."""
+
+    model: Path
+    num_ctx: int = 4096
+    parallel: int = 1
+    num_batch: int | None = None
+    n_gpu_layers: int | None = 0
+    num_thread: int | None = None
+    flash_attention: str | None = None  # "on" | "off" | None = llama-server's auto
+    kv_cache_type: str = ""
+    adapters: tuple[Path, ...] = ()
+    projectors: tuple[Path, ...] = ()
+    embedding: bool = False
+    use_mmap: bool | None = None
+    main_gpu: int | None = None
+    tensor_split: tuple[float, ...] = ()
+    rpc_servers: tuple[str, ...] = ()
+    num_keep: int | None = None
+    metrics: bool = True
+    extra: tuple[str, ...] = field(default=())
+
+
+def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
+    """argv for llama-server: always loopback, no web UI, offline; the context is shared by the slots."""
+    argv = [
+        str(binary),
+        "--model", str(spec.model),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "-c", str(spec.num_ctx * spec.parallel),
+        "-np", str(spec.parallel),
+        "--no-webui",
+        "--offline",
+    ]
+    if spec.num_batch:
+        argv += ["-b", str(spec.num_batch), "-ub", str(spec.num_batch)]
+    if spec.n_gpu_layers is not None:
+        argv += ["-ngl", str(spec.n_gpu_layers)]
+    if spec.num_thread:
+        argv += ["-t", str(spec.num_thread)]
+    if spec.flash_attention:
+        argv += ["--flash-attn", spec.flash_attention]
+    if spec.kv_cache_type:
+        argv += ["--cache-type-k", spec.kv_cache_type, "--cache-type-v", spec.kv_cache_type]
+    for adapter in spec.adapters:
+        argv += ["--lora", str(adapter)]
+    for projector in spec.projectors:
+        argv += ["--mmproj", str(projector)]
+    if spec.embedding:
+        argv += ["--embedding", "--pooling", "mean"]
+    if spec.use_mmap is False:
+        argv += ["--no-mmap"]
+    if spec.main_gpu is not None:
+        argv += ["--main-gpu", str(spec.main_gpu)]
+        if not spec.tensor_split:
+            argv += ["--split-mode", "none"]
+    if spec.tensor_split:
+        argv += ["--tensor-split", ",".join(f"{x:g}" for x in spec.tensor_split)]
+    if spec.rpc_servers:
+        argv += ["--rpc", ",".join(spec.rpc_servers)]
+    if spec.num_keep is not None and spec.num_keep >= 0:
+        argv += ["--keep", str(spec.num_keep)]
+    if spec.metrics:
+        argv += ["--metrics"]
+    argv += list(spec.extra)
+    return argv

@@ -1,0 +1,100 @@
+"""HTTP to one llama-server child: /completion as a stream of events, and the small JSON endpoints.
+
+The streaming path is hot: one json.loads per SSE event and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from ollama_py.errors import BadRequest, RunnerError
+
+log = logging.getLogger(__name__)
+
+
+class UpstreamLost(RunnerError):
+    """The connection to llama-server broke mid-request (the child probably died)."""
+
+
+class LlamaClient:
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                json_serialize=lambda o: json.dumps(o, ensure_ascii=False),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _raise_for(self, resp: aiohttp.ClientResponse) -> None:
+        text = await resp.text()
+        try:
+            err = json.loads(text).get("error", text)
+            message = err.get("message", text) if isinstance(err, dict) else str(err)
+        except (ValueError, AttributeError):
+            message = text
+        if resp.status == 400:
+            raise BadRequest(message)
+        raise RunnerError(f"llama-server {resp.status}: {message}")
+
+    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST body with stream=true and yield each SSE `data:` event as a dict."""
+        try:
+            async with self.session.post(self.base_url + path, json=body) as resp:
+                if resp.status != 200:
+                    await self._raise_for(resp)
+                async for line in resp.content:
+                    if line.startswith(b"data: "):
+                        payload = line[6:].strip()
+                        if payload == b"[DONE]":
+                            return
+                        event = json.loads(payload)
+                        if "error" in event and "content" not in event:
+                            err = event["error"]
+                            raise RunnerError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+                        yield event
+                        if event.get("stop") is True:
+                            return
+                    elif line.startswith(b"error: "):
+                        raise RunnerError(line[7:].decode("utf-8", "replace").strip())
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
+                ConnectionResetError) as e:
+            raise UpstreamLost(f"connection to llama runner lost: {e}") from None
+        raise UpstreamLost("llama runner closed the stream before it was done")
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        try:
+            async with self.session.post(self.base_url + path, json=body) as resp:
+                if resp.status != 200:
+                    await self._raise_for(resp)
+                return await resp.json(content_type=None)
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
+                ConnectionResetError) as e:
+            raise UpstreamLost(f"connection to llama runner lost: {e}") from None
+
+    async def get_text(self, path: str) -> str:
+        async with self.session.get(self.base_url + path) as resp:
+            if resp.status != 200:
+                await self._raise_for(resp)
+            return await resp.text()
+
+    async def tokenize(self, content: str, add_special: bool = False) -> list[int]:
+        data = await self.post("/tokenize", {"content": content, "add_special": add_special})
+        return [t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return (await self.post("/detokenize", {"tokens": tokens})).get("content", "")

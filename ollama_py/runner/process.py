@@ -1,0 +1,270 @@
+"""One llama-server child process: start, readiness, stderr tail, stop, reap.
+
+States (RunnerState): starting -> ready -> stopping -> stopped, or starting/ready -> failed when the child
+exits on its own. `ensure_ready()` is the only way to start a runner; every settled transition wakes every
+waiter. The child dies with us: it gets PR_SET_PDEATHSIG (Linux) and its own process group, which stop()
+signals as a whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ctypes
+import ctypes.util
+import enum
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import aiohttp
+
+from ollama_py.errors import RunnerError, RunnerLoadError
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL_LINES = 200
+STOP_GRACE_SECONDS = 5.0
+_HEALTH_POLL_SECONDS = 0.05
+
+
+class RunnerState(enum.StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+def free_port() -> int:
+    """A free loopback port picked by the kernel (unpredictable to other users)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pdeathsig_preexec() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child get SIGKILL when its parent dies (Linux), resolved before fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except OSError:
+        return None
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+
+    return preexec
+
+
+_PREEXEC = _pdeathsig_preexec()
+
+
+class RunnerProcess:
+    """A llama-server child on a free loopback port.
+
+    argv_for_port builds the command line once the port is known (runner/argv.build_argv).
+    on_exit is called once, with this runner, when the child exits for any reason.
+    """
+
+    def __init__(
+        self,
+        argv_for_port: Callable[[int], Sequence[str]],
+        *,
+        name: str = "",
+        env: dict[str, str] | None = None,
+        load_timeout: float = 300.0,
+        on_exit: Callable[[RunnerProcess], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._argv_for_port = argv_for_port
+        self._env = env
+        self._load_timeout = load_timeout
+        self._on_exit = on_exit
+        self.port = 0
+        self.state = RunnerState.STOPPED
+        self.returncode: int | None = None
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.log_lines: list[str] = []  # start-up lines up to "listening", for the memory report
+        self.load_duration = 0.0
+        self.started_at = 0.0
+        self._proc: asyncio.subprocess.Process | None = None
+        self._changed = asyncio.Condition()
+        self._tasks: list[asyncio.Task] = []
+        self._start_task: asyncio.Task | None = None
+        self._last_progress = 0.0
+        self._failure = ""
+
+    # -- state ---------------------------------------------------------------------------------------------
+    async def _set_state(self, new: RunnerState) -> None:
+        if new == self.state:
+            return
+        log.debug("runner %s (pid %s): %s -> %s", self.name, self.pid, self.state, new)
+        self.state = new
+        async with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.state in (RunnerState.STARTING, RunnerState.READY)
+
+    def failure_message(self) -> str:
+        """The most useful line of the child's stderr: an error line if there is one, else the last line."""
+        lines = [ln for ln in self.stderr_tail if ln.strip()]
+        for ln in reversed(lines):
+            low = ln.lower()
+            if "error" in low or "failed" in low or "out of memory" in low or "exception" in low:
+                return ln.strip()
+        return lines[-1].strip() if lines else ""
+
+    # -- start ---------------------------------------------------------------------------------------------
+    async def ensure_ready(self) -> None:
+        """Start the child if it is not running and wait until it answers /health with 200."""
+        if self.state in (RunnerState.STOPPED, RunnerState.FAILED) and self._proc is None:
+            self._start_task = asyncio.create_task(self._start())
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.state != RunnerState.STARTING)
+        if self.state != RunnerState.READY:
+            raise RunnerLoadError(self._failure or f"llama runner process has terminated: {self.failure_message()}")
+
+    async def _start(self) -> None:
+        self.port = free_port()
+        argv = list(self._argv_for_port(self.port))
+        log.info("starting llama-server %s: %s", self.name, " ".join(argv))
+        self.started_at = time.monotonic()
+        self._last_progress = self.started_at
+        await self._set_state(RunnerState.STARTING)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                start_new_session=True,
+                preexec_fn=_PREEXEC,
+            )
+        except OSError as e:
+            self._failure = f"error starting llama-server: {e}"
+            await self._set_state(RunnerState.FAILED)
+            return
+        self._tasks = [asyncio.create_task(self._read_stderr()), asyncio.create_task(self._wait_exit())]
+        await self._wait_healthy()
+
+    async def _read_stderr(self) -> None:
+        assert self._proc and self._proc.stderr
+        listening = False
+        async for raw in self._proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.stderr_tail.append(line)
+            self._last_progress = time.monotonic()
+            if not listening:
+                self.log_lines.append(line)
+                listening = "server is listening" in line
+            log.debug("[%s] %s", self.name, line)
+
+    async def _wait_exit(self) -> None:
+        assert self._proc
+        self.returncode = await self._proc.wait()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(task), 1.0)
+        if self.state == RunnerState.STOPPING:
+            await self._set_state(RunnerState.STOPPED)
+        else:
+            if not self._failure:
+                detail = self.failure_message()
+                self._failure = (f"llama runner process has terminated: exit status {self.returncode}"
+                                 + (f": {detail}" if detail else ""))
+            log.warning("runner %s exited unexpectedly (%s)", self.name, self._failure)
+            await self._set_state(RunnerState.FAILED)
+        if self._on_exit:
+            self._on_exit(self)
+
+    async def _wait_healthy(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=2)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while self.state == RunnerState.STARTING:
+                try:
+                    async with session.get(f"{self.base_url}/health") as resp:
+                        if resp.status == 200:
+                            self.load_duration = time.monotonic() - self.started_at
+                            log.info("runner %s ready in %.2fs on port %d", self.name, self.load_duration, self.port)
+                            await self._set_state(RunnerState.READY)
+                            return
+                        self._last_progress = max(self._last_progress, time.monotonic() - 1.0)
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    pass
+                if time.monotonic() - self._last_progress > self._load_timeout:
+                    self._failure = (f"timed out waiting for llama runner to start - progress stalled "
+                                     f"after {self._load_timeout:g}s: {self.failure_message()}")
+                    log.warning("runner %s: %s", self.name, self._failure)
+                    asyncio.create_task(self.stop())
+                    async with self._changed:
+                        await self._changed.wait_for(lambda: self.state != RunnerState.STARTING)
+                    return
+                await asyncio.sleep(_HEALTH_POLL_SECONDS)
+
+    # -- stop ----------------------------------------------------------------------------------------------
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop the child and reap it:
+
+        1. mark the runner stopping (waiters of ensure_ready wake and fail);
+        2. SIGTERM the child's process group;
+        3. wait up to `grace` seconds for it to exit;
+        4. SIGKILL the process group;
+        5. reap: wait for the exit and the stderr reader.
+        """
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            if self.state in (RunnerState.STARTING, RunnerState.READY):
+                await self._set_state(RunnerState.STOPPED)
+            return
+        if self.state != RunnerState.STOPPING:
+            if not self._failure and self.state == RunnerState.STARTING:
+                self._failure = "llama runner was stopped while loading"
+            await self._set_state(RunnerState.STOPPING)
+        self._signal_group(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+        except asyncio.TimeoutError:
+            log.warning("runner %s ignored SIGTERM for %.1fs, sending SIGKILL", self.name, grace)
+            self._signal_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.state in (RunnerState.STOPPED, RunnerState.FAILED))
+
+    def kill_now(self) -> None:
+        """Last-resort synchronous SIGKILL of the group (interpreter exit)."""
+        if self._proc and self._proc.returncode is None:
+            self._signal_group(self._proc.pid, signal.SIGKILL)
+
+    @staticmethod
+    def _signal_group(pid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def error(self, context: str = "") -> RunnerError:
+        """An error for requests that were in flight when the child died, carrying its stderr tail."""
+        msg = self._failure or f"llama runner process no longer running: {self.returncode}"
+        return RunnerError(f"{context}{msg}")

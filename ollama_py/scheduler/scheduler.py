@@ -1,0 +1,311 @@
+"""The scheduler: which models are loaded, who is using them, when they unload.
+
+One llama-server runner per loaded model (keyed by its weights and adapters). A request asks for an outcome —
+`async with scheduler.use(model, options, keep_alive) as loaded:` — and gets a ready runner and one of its
+slots, or an error. Every waiting request counts against OLLAMA_MAX_QUEUE, including those waiting for a busy
+model's slot (Ollama bounds only the load queue: its issue #7758).
+
+Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, pure), `runner_factory`
+(LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (bytes free for a new model, or None to skip the check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ollama_py.config import Settings
+from ollama_py.errors import RunnerError, ServerBusy
+from ollama_py.runner.argv import LaunchSpec
+from ollama_py.runner.client import LlamaClient
+from ollama_py.runner.process import RunnerProcess, RunnerState
+from ollama_py.scheduler import policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """How a model will be loaded: the launch spec plus what /api/ps reports."""
+
+    key: str
+    spec: LaunchSpec
+    load_options: dict[str, Any]
+    size: int = 0
+    size_vram: int = 0
+    context_length: int = 4096
+
+
+@dataclass(eq=False)
+class Loaded:
+    """One loaded (or loading) model and its runner."""
+
+    name: str
+    model: Any  # store.models.Model
+    plan: LoadPlan
+    runner: RunnerProcess
+    client: LlamaClient
+    slots: asyncio.Semaphore
+    session_duration: float
+    refcount: int = 0
+    waiting: int = 0
+    expires_at: float = math.inf  # wall clock
+    timer: asyncio.TimerHandle | None = None
+    unloading: bool = False
+    requests_served: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.plan.key
+
+    @property
+    def state(self) -> str:
+        if self.unloading:
+            return "stopping"
+        return {RunnerState.STARTING: "loading", RunnerState.READY: "ready"}.get(self.runner.state, "stopping")
+
+    def resident(self) -> policy.Resident:
+        return policy.Resident(self.key, self.name, self.refcount > 0, self.session_duration, self.plan.size)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        plan: Callable[[Any, dict[str, Any], bool], LoadPlan],
+        runner_factory: Callable[[LoadPlan, str, Callable[[RunnerProcess], None]], RunnerProcess],
+        free_memory: Callable[[], int | None] = lambda: None,
+        gpu_count: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._plan = plan
+        self._runner_factory = runner_factory
+        self._free_memory = free_memory
+        self._clock = clock
+        self.max_runners = policy.max_runners(settings.max_loaded_models, gpu_count)
+        self.loaded: dict[str, Loaded] = {}
+        self.pending = 0
+        self._changed = asyncio.Condition()
+        self._closed = False
+        self.listeners: list[Callable[[str, Loaded], None]] = []  # ("loaded"|"unloaded"|"crashed"|"evicted", l)
+
+    # -- public -------------------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def use(self, model: Any, options: dict[str, Any], keep_alive: float | None, *,
+                  embedding: bool = False) -> AsyncIterator[Loaded]:
+        """A ready runner for model with one of its slots held for the duration of the block."""
+        if self._closed:
+            raise ServerBusy("server is shutting down")
+        if self.pending >= self.settings.max_queue:
+            raise ServerBusy()
+        self.pending += 1
+        counted = True
+        loaded: Loaded | None = None
+        slot = False
+        try:
+            loaded = await self._reserve(model, options, keep_alive, embedding)
+            try:
+                await loaded.runner.ensure_ready()
+            except RunnerError:
+                await self._drop(loaded, "failed")
+                raise
+            if not loaded.client.base_url:
+                loaded.client.base_url = loaded.runner.base_url
+                self._emit("loaded", loaded)
+            loaded.waiting += 1
+            try:
+                await loaded.slots.acquire()
+                slot = True
+            finally:
+                loaded.waiting -= 1
+            self.pending -= 1
+            counted = False
+            if not loaded.runner.alive:
+                raise loaded.runner.error()
+            yield loaded
+        finally:
+            if counted:
+                self.pending -= 1
+            if loaded is not None:
+                if slot:
+                    loaded.slots.release()
+                    loaded.requests_served += 1
+                await self._release(loaded)
+
+    async def load(self, model: Any, options: dict[str, Any], keep_alive: float | None, *,
+                   embedding: bool = False) -> Loaded:
+        """Load without generating (an empty prompt): the model stays for its keep-alive."""
+        async with self.use(model, options, keep_alive, embedding=embedding) as loaded:
+            return loaded
+
+    async def unload(self, model: Any) -> bool:
+        """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded."""
+        keys = {self._key_of(model, False), self._key_of(model, True)}
+        found = False
+        async with self._changed:
+            for key in keys:
+                loaded = self.loaded.get(key)
+                if loaded is None:
+                    continue
+                found = True
+                loaded.session_duration = 0.0
+                if loaded.refcount == 0 and not loaded.unloading:
+                    self._start_unload(loaded, "unloaded")
+        return found
+
+    async def shutdown(self) -> None:
+        """Stop every runner and wait for them (SIGTERM, grace, SIGKILL, reap)."""
+        self._closed = True
+        runners = list(self.loaded.values())
+        for loaded in runners:
+            loaded.unloading = True
+            if loaded.timer:
+                loaded.timer.cancel()
+        await asyncio.gather(*(self._stop(loaded) for loaded in runners), return_exceptions=True)
+        self.loaded.clear()
+
+    def kill_all(self) -> None:
+        for loaded in self.loaded.values():
+            loaded.runner.kill_now()
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _key_of(self, model: Any, embedding: bool) -> str:
+        return self._plan(model, {}, embedding).key
+
+    async def _reserve(self, model: Any, options: dict[str, Any], keep_alive: float | None,
+                       embedding: bool) -> Loaded:
+        """Find or start the runner for this request and take a reference on it (under the lock)."""
+        plan = self._plan(model, options, embedding)
+        async with self._changed:
+            while True:
+                loaded = self.loaded.get(plan.key)
+                if loaded is not None and not loaded.unloading:
+                    if not policy.needs_reload(loaded.plan.load_options, plan.load_options):
+                        self._ref(loaded, keep_alive)
+                        return loaded
+                    if loaded.refcount == 0:
+                        log.info("reloading %s: load options changed", loaded.name)
+                        self._start_unload(loaded, "unloaded")
+                    await self._changed.wait()
+                    continue
+                if loaded is not None:  # unloading: wait until it is gone
+                    await self._changed.wait()
+                    continue
+                residents = [entry.resident() for entry in self.loaded.values() if not entry.unloading]
+                stopping = any(entry.unloading for entry in self.loaded.values())
+                free = self._free_memory()
+                if policy.must_evict(residents, self.max_runners, plan.size, free) or (
+                        stopping and len(self.loaded) >= self.max_runners):
+                    victim = policy.choose_victim(residents)
+                    if victim is not None:
+                        log.info("evicting %s to make room for %s", victim.name, getattr(model, "name", model))
+                        self._start_unload(self.loaded[victim.key], "evicted")
+                    await self._changed.wait()
+                    continue
+                loaded = self._new(model, plan, keep_alive)
+                self._ref(loaded, keep_alive)
+                return loaded
+
+    def _new(self, model: Any, plan: LoadPlan, keep_alive: float | None) -> Loaded:
+        name = str(getattr(getattr(model, "name", None), "short", getattr(model, "name", "model")))
+        runner = self._runner_factory(plan, name, self._on_runner_exit)
+        loaded = Loaded(
+            name=name, model=model, plan=plan, runner=runner, client=LlamaClient(""),
+            slots=asyncio.Semaphore(plan.spec.parallel),
+            session_duration=self.settings.keep_alive if keep_alive is None else keep_alive,
+        )
+        self.loaded[plan.key] = loaded
+        return loaded
+
+    def _ref(self, loaded: Loaded, keep_alive: float | None) -> None:
+        loaded.refcount += 1
+        if keep_alive is not None:
+            loaded.session_duration = keep_alive
+        if loaded.timer:
+            loaded.timer.cancel()
+            loaded.timer = None
+        loaded.expires_at = policy.expiry(self._clock(), loaded.session_duration)
+
+    async def _release(self, loaded: Loaded) -> None:
+        async with self._changed:
+            loaded.refcount -= 1
+            if loaded.refcount == 0 and self.loaded.get(loaded.key) is loaded and not loaded.unloading:
+                duration = loaded.session_duration
+                loaded.expires_at = policy.expiry(self._clock(), duration)
+                if duration <= 0:
+                    self._start_unload(loaded, "unloaded")
+                elif not math.isinf(duration):
+                    loop = asyncio.get_running_loop()
+                    loaded.timer = loop.call_later(duration, self._expire, loaded)
+            self._changed.notify_all()
+
+    def _expire(self, loaded: Loaded) -> None:
+        loaded.timer = None
+        if loaded.refcount == 0 and not loaded.unloading and self.loaded.get(loaded.key) is loaded:
+            log.info("keep-alive of %s expired", loaded.name)
+            self._start_unload(loaded, "unloaded")
+
+    def _start_unload(self, loaded: Loaded, why: str) -> None:
+        loaded.unloading = True
+        if loaded.timer:
+            loaded.timer.cancel()
+            loaded.timer = None
+        asyncio.get_running_loop().create_task(self._finish_unload(loaded, why))
+
+    async def _finish_unload(self, loaded: Loaded, why: str) -> None:
+        await self._stop(loaded)
+        async with self._changed:
+            if self.loaded.get(loaded.key) is loaded:
+                del self.loaded[loaded.key]
+            self._changed.notify_all()
+        self._emit(why, loaded)
+
+    async def _stop(self, loaded: Loaded) -> None:
+        with contextlib.suppress(Exception):
+            await loaded.client.close()
+        await loaded.runner.stop()
+
+    async def _drop(self, loaded: Loaded, why: str) -> None:
+        """Forget a runner that failed to load, so the next request starts afresh."""
+        async with self._changed:
+            if self.loaded.get(loaded.key) is loaded:
+                loaded.unloading = True
+                del self.loaded[loaded.key]
+            self._changed.notify_all()
+        await self._stop(loaded)
+        self._emit(why, loaded)
+
+    def _on_runner_exit(self, runner: RunnerProcess) -> None:
+        for loaded in list(self.loaded.values()):
+            if loaded.runner is runner and not loaded.unloading:
+                log.warning("runner for %s exited (status %s); it will be restarted on the next request",
+                            loaded.name, runner.returncode)
+                loaded.unloading = True
+                if loaded.timer:
+                    loaded.timer.cancel()
+                asyncio.get_running_loop().create_task(self._reap_crashed(loaded))
+
+    async def _reap_crashed(self, loaded: Loaded) -> None:
+        with contextlib.suppress(Exception):
+            await loaded.client.close()
+        async with self._changed:
+            if self.loaded.get(loaded.key) is loaded:
+                del self.loaded[loaded.key]
+            self._changed.notify_all()
+        self._emit("crashed", loaded)
+
+    def _emit(self, event: str, loaded: Loaded) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event, loaded)
+            except Exception:  # a listener must not break scheduling
+                log.exception("scheduler listener failed")

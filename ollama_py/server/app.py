@@ -1,0 +1,56 @@
+"""The aiohttp application: routes, middlewares, and the lifecycle of the store and the scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from ollama_py.config import Settings
+from ollama_py.scheduler.scheduler import Scheduler
+from ollama_py.server import keys
+from ollama_py.server.errors import error_middleware
+from ollama_py.server.security import add_cors_headers, security_middleware
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web.Application:
+    """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server)."""
+    from ollama_py.server import routes_models, routes_native, routes_openai
+    from ollama_py.server.metrics import Metrics, metrics_routes
+    from ollama_py.store.models import ModelStore
+
+    app = web.Application(middlewares=[error_middleware, security_middleware(settings)],
+                          client_max_size=settings.max_body_bytes)
+    app[keys.SETTINGS] = settings
+    app[keys.STORE] = ModelStore(settings.models)
+    app[keys.METRICS] = Metrics()
+    app.on_response_prepare.append(add_cors_headers)
+    app.add_routes(routes_native.routes)
+    app.add_routes(routes_models.routes)
+    app.add_routes(routes_openai.routes)
+    app.add_routes(metrics_routes)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        store = app[keys.STORE]
+        if not settings.noprune:
+            removed = await asyncio.to_thread(store.prune)
+            if removed:
+                log.info("pruned %d unused blobs and partial files", len(removed))
+        sched = scheduler
+        if sched is None:
+            from ollama_py.scheduler.factory import default_scheduler
+
+            sched = await asyncio.to_thread(default_scheduler, settings)
+        app[keys.SCHEDULER] = sched
+        app[keys.METRICS].attach(sched)
+        try:
+            yield
+        finally:
+            await sched.shutdown()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

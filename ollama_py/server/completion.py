@@ -1,0 +1,227 @@
+"""The one inference path shared by the native, OpenAI and Anthropic routes.
+
+A route builds a CompletionRequest (prompt or messages, options, format, keep-alive), and `run_completion`
+yields Delta events followed by one Final. Translation to NDJSON / SSE happens at the edges (the routes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ollama_py.errors import BadRequest, RunnerError
+from ollama_py.runner.client import UpstreamLost
+from ollama_py.scheduler.scheduler import Loaded, Scheduler
+
+log = logging.getLogger(__name__)
+
+# Ollama option name -> llama-server /completion field.
+_SAMPLING = {
+    "num_predict": "n_predict",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "typical_p": "typical_p",
+    "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "repeat_last_n",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "num_keep": "n_keep",
+}
+_STOP_REASONS = {"eos": "stop", "word": "stop", "limit": "length", "none": "stop"}
+
+
+@dataclass(slots=True)
+class CompletionRequest:
+    model: Any  # store.models.Model
+    options: dict[str, Any]
+    keep_alive: float | None = None
+    prompt: str | None = None  # raw prompt (already templated)
+    messages: list[dict[str, Any]] | None = None  # chat: rendered with the model's template
+    tools: list[dict[str, Any]] | None = None
+    format: Any = None  # "json" | JSON schema dict | None
+    context: list[int] | None = None  # /api/generate's deprecated context
+    want_context: bool = False
+    suffix: str | None = None
+    images: list[str] = field(default_factory=list)
+    logprobs: int | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(slots=True)
+class Delta:
+    text: str
+    tokens: list[int] | None = None
+    probs: list[dict[str, Any]] | None = None
+
+
+@dataclass(slots=True)
+class Final:
+    done_reason: str
+    prompt_eval_count: int
+    prompt_eval_duration: int
+    eval_count: int
+    eval_duration: int
+    total_duration: int
+    load_duration: int
+    context: list[int] | None = None
+    text: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+    cache_n: int = 0
+
+
+def completion_body(options: dict[str, Any], fmt: Any) -> dict[str, Any]:
+    """The sampling part of a llama-server /completion request from Ollama options."""
+    body: dict[str, Any] = {"cache_prompt": True}
+    for key, upstream in _SAMPLING.items():
+        if key in options and options[key] is not None:
+            body[upstream] = options[key]
+    stops = options.get("stop")
+    if stops:
+        body["stop"] = list(dict.fromkeys(stops))
+    if fmt == "json":
+        body["json_schema"] = {"type": "object"}
+    elif isinstance(fmt, dict):
+        body["json_schema"] = fmt
+    elif fmt not in (None, ""):
+        raise BadRequest(f"invalid format: {json.dumps(fmt)}: must be \"json\" or a JSON schema object")
+    return body
+
+
+async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any]:
+    """The prompt text: raw, through the model's TEMPLATE layer, or through the GGUF's own chat template."""
+    if req.messages is None:
+        prompt: str | list[Any] = req.prompt or ""
+    elif req.model.template:
+        from ollama_py.template.prompt import render_prompt
+
+        prompt = render_prompt(req.model.template, messages=req.messages, tools=req.tools, system=None,
+                               suffix=req.suffix, think=None)
+    else:
+        body: dict[str, Any] = {"messages": [_oai_message(m) for m in req.messages]}
+        if req.tools:
+            body["tools"] = req.tools
+        prompt = (await loaded.client.post("/apply-template", body))["prompt"]
+    if req.context:
+        return [*req.context, prompt]
+    return prompt
+
+
+def _oai_message(m: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
+    if m.get("tool_calls"):
+        out["tool_calls"] = [
+            {"id": tc.get("id") or f"call_{i}", "type": "function",
+             "function": {"name": tc["function"]["name"],
+                          "arguments": json.dumps(tc["function"].get("arguments", {}))}}
+            for i, tc in enumerate(m["tool_calls"])
+        ]
+    if m.get("role") == "tool" and (m.get("tool_call_id") or m.get("tool_name")):
+        out["tool_call_id"] = m.get("tool_call_id") or m.get("tool_name")
+    return out
+
+
+async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncIterator[Delta | Final]:
+    """Load (or reuse) the model's runner, stream its completion, end with Final."""
+    t_wait = time.perf_counter()
+    async with scheduler.use(req.model, req.options, req.keep_alive) as loaded:
+        load_ns = 0
+        if loaded.requests_served == 0 and loaded.runner.load_duration:
+            load_ns = int(min(loaded.runner.load_duration, time.perf_counter() - t_wait) * 1e9)
+        prompt = await build_prompt(req, loaded)
+        body = completion_body(req.options, req.format)
+        body["prompt"] = prompt
+        body["stream"] = True
+        if req.want_context:
+            body["return_tokens"] = True
+        if req.logprobs is not None:
+            body["n_probs"] = max(req.logprobs, 1)
+        text_parts: list[str] = []
+        tokens: list[int] = []
+        final_event: dict[str, Any] = {}
+        try:
+            async for event in loaded.client.stream("/completion", body):
+                if event.get("stop"):
+                    final_event = event
+                    if event.get("content"):
+                        text_parts.append(event["content"])
+                        yield Delta(event["content"], event.get("tokens"))
+                    break
+                content = event.get("content", "")
+                if req.want_context and event.get("tokens"):
+                    tokens.extend(event["tokens"])
+                if content or event.get("completion_probabilities"):
+                    text_parts.append(content)
+                    yield Delta(content, event.get("tokens"), event.get("completion_probabilities"))
+        except UpstreamLost as e:
+            raise await _runner_death(loaded, e) from None
+        timings = final_event.get("timings", {})
+        context = None
+        if req.want_context:
+            prompt_text = prompt if isinstance(prompt, str) else prompt[-1]
+            prompt_tokens = await loaded.client.tokenize(prompt_text, add_special=not req.context)
+            context = [*(req.context or []), *prompt_tokens, *tokens]
+        text = "".join(text_parts)
+        tool_calls = parse_tool_calls(text) if req.tools else None
+        yield Final(
+            done_reason="stop" if tool_calls else _STOP_REASONS.get(final_event.get("stop_type", "eos"), "stop"),
+            prompt_eval_count=int(timings.get("prompt_n", final_event.get("tokens_evaluated", 0)) or 0),
+            prompt_eval_duration=int(float(timings.get("prompt_ms", 0)) * 1e6),
+            eval_count=int(timings.get("predicted_n", final_event.get("tokens_predicted", 0)) or 0),
+            eval_duration=int(float(timings.get("predicted_ms", 0)) * 1e6),
+            total_duration=int((time.perf_counter() - req.started) * 1e9),
+            load_duration=load_ns,
+            context=context,
+            text=text,
+            tool_calls=tool_calls,
+            cache_n=int(timings.get("cache_n", 0) or 0),
+        )
+
+
+async def _runner_death(loaded: Loaded, cause: Exception) -> RunnerError:
+    """The error for a request whose runner died under it: wait briefly for the exit, carry the stderr tail."""
+    for _ in range(40):
+        if not loaded.runner.alive:
+            return loaded.runner.error()
+        await asyncio.sleep(0.025)
+    return RunnerError(str(cause))
+
+
+_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+
+
+def parse_tool_calls(text: str) -> list[dict[str, Any]] | None:
+    """Tool calls in a model's output (<tool_call>{...}</tool_call> blocks, or a bare JSON object/list with
+    name + arguments) as Ollama's message.tool_calls, arguments as JSON objects."""
+    candidates = _TOOL_CALL_TAG.findall(text) or [text.strip()]
+    calls: list[dict[str, Any]] = []
+    for raw in candidates:
+        raw = raw.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, dict):
+                continue
+            fn = item.get("function", item)
+            name = fn.get("name") if isinstance(fn, dict) else None
+            args = fn.get("arguments", fn.get("parameters", {})) if isinstance(fn, dict) else None
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    args = None
+            if isinstance(name, str) and isinstance(args, dict):
+                calls.append({"id": f"call_{uuid.uuid4().hex[:8]}",
+                              "function": {"index": len(calls), "name": name, "arguments": args}})
+    return calls or None

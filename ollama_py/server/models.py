@@ -1,0 +1,54 @@
+"""Helpers the inference routes share: find a model, merge its options, parse keep-alive, build a plan."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import math
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py.api.names import ModelName
+from ollama_py.api.options import validate_options
+from ollama_py.config import parse_duration
+from ollama_py.errors import BadRequest, ModelNotFound
+from ollama_py.server.keys import SETTINGS, STORE
+
+
+async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
+    """The stored model, or 404 `model 'x' not found` with the name as the user wrote it."""
+    store = request.app[STORE]
+    try:
+        return await asyncio.to_thread(store.load, name)
+    except ModelNotFound:
+        raise ModelNotFound(raw) from None
+
+
+def merged_options(request: web.Request, model: Any, raw_options: Any) -> dict[str, Any]:
+    """The model's PARAMETERs overlaid by the request's options (stops are merged, not replaced)."""
+    settings = request.app[SETTINGS]
+    opts: dict[str, Any] = {"num_ctx": settings.context_length}
+    opts.update(model.params or {})
+    requested = validate_options(raw_options) if raw_options is not None else {}
+    model_stops = list(opts.get("stop") or [])
+    opts.update(requested)
+    if "stop" in requested:
+        opts["stop"] = list(dict.fromkeys(model_stops + list(requested["stop"] or [])))
+    return opts
+
+
+def keep_alive(body: dict[str, Any]) -> float | None:
+    raw = body.get("keep_alive")
+    if raw is None:
+        return None
+    try:
+        return parse_duration(raw)
+    except ValueError as e:
+        raise BadRequest(str(e) if "duration" in str(e) else f"invalid keep_alive: {raw!r}") from None
+
+
+def rfc3339(ts: float) -> str:
+    if math.isinf(ts):
+        ts = 253402300799.0  # 9999-12-31T23:59:59Z: "forever", as far as a timestamp goes
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).astimezone().isoformat()

@@ -1,0 +1,289 @@
+"""Ollama's native inference routes: /api/generate, /api/chat, /api/embed, /api/embeddings, /api/ps."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py import __version__
+from ollama_py.errors import BadRequest
+from ollama_py.server import embeddings
+from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
+from ollama_py.server.keys import SCHEDULER
+from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
+from ollama_py.server.requests import field, model_name, read_json
+from ollama_py.server.streaming import collect, ndjson, now_rfc3339
+
+routes = web.RouteTableDef()
+
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+@routes.get("/")
+async def root(request: web.Request) -> web.Response:
+    return web.Response(text="Ollama is running")
+
+
+@routes.get("/api/version")
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": __version__})
+
+
+def _metrics(final: Final) -> dict[str, Any]:
+    return {
+        "total_duration": final.total_duration,
+        "load_duration": final.load_duration,
+        "prompt_eval_count": final.prompt_eval_count,
+        "prompt_eval_duration": final.prompt_eval_duration,
+        "eval_count": final.eval_count,
+        "eval_duration": final.eval_duration,
+    }
+
+
+async def _load_or_unload(request: web.Request, model: Any, opts: dict[str, Any], ka: float | None,
+                          name: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """An empty prompt loads the model; with keep_alive 0 it unloads it (Ollama's done_reason load/unload)."""
+    scheduler = request.app[SCHEDULER]
+    if ka == 0:
+        await scheduler.unload(model)
+        reason = "unload"
+    else:
+        await scheduler.load(model, opts, ka)
+        reason = "load"
+    return {"model": name, "created_at": now_rfc3339(), **extra, "done": True, "done_reason": reason}
+
+
+async def _reply(request: web.Request, body: dict[str, Any], events: AsyncIterator[dict[str, Any]]):
+    if field(body, "stream", bool, True):
+        return await ndjson(request, events)
+    items = await collect(events)
+    return web.json_response(_merge(items))
+
+
+def _merge(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """stream:false: the final object with the streamed text concatenated."""
+    final = dict(items[-1])
+    if "response" in final:
+        final["response"] = "".join(i.get("response", "") for i in items)
+    if "message" in final:
+        final["message"] = dict(final["message"])
+        final["message"]["content"] = "".join(i["message"].get("content", "") for i in items)
+        calls = [c for i in items for c in i["message"].get("tool_calls", [])]
+        if calls:
+            final["message"]["tool_calls"] = calls
+    return final
+
+
+@routes.post("/api/generate")
+async def generate(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    body = await read_json(request)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    prompt = field(body, "prompt", str, "")
+    system = field(body, "system", str)
+    template = field(body, "template", str)
+    context = field(body, "context", list)
+    raw = field(body, "raw", bool, False)
+    suffix = field(body, "suffix", str)
+    images = field(body, "images", list, [])
+    if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
+        raise BadRequest("context must be a list of integers")
+    if raw and (template or system or context):
+        raise BadRequest("raw mode does not support template, system, or context")
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    if template:
+        model = dataclasses.replace(model, template=template)
+    if "embedding" in model.capabilities and "completion" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support generate')
+    if images and "vision" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support vision')
+    if suffix and "insert" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support insert')
+    opts = merged_options(request, model, body.get("options"))
+    if not prompt and not images:
+        return web.json_response(await _load_or_unload(request, model, opts, ka, raw_name, {"response": ""}))
+
+    req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
+                            context=context or None, want_context=not raw, suffix=suffix, images=images,
+                            started=started)
+    if raw:
+        req.prompt = prompt
+    else:
+        sys_text = system if system is not None else model.system
+        req.messages = ([{"role": "system", "content": sys_text}] if sys_text else []) + [
+            {"role": "user", "content": prompt}]
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        async for ev in run_completion(request.app[SCHEDULER], req):
+            if isinstance(ev, Delta):
+                yield {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "done": False}
+            else:
+                out = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
+                       "done_reason": ev.done_reason}
+                if ev.context is not None:
+                    out["context"] = ev.context
+                out.update(_metrics(ev))
+                yield out
+
+    return await _reply(request, body, events())
+
+
+def _check_messages(messages: Any) -> list[dict[str, Any]]:
+    if messages is None:
+        return []
+    if not isinstance(messages, list):
+        raise BadRequest('json: cannot unmarshal messages: expected an array of messages')
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise BadRequest(f"messages[{i}] must be an object")
+        role = m.get("role")
+        if role not in _ROLES:
+            raise BadRequest(f"invalid role {role!r} in messages[{i}]: must be one of system, user, assistant, tool")
+        content = m.get("content", "")
+        if content is not None and not isinstance(content, str):
+            raise BadRequest(f"messages[{i}].content must be a string")
+        if m.get("images") is not None and not isinstance(m["images"], list):
+            raise BadRequest(f"messages[{i}].images must be an array")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list) or not all(
+                    isinstance(c, dict) and isinstance(c.get("function"), dict)
+                    and isinstance(c["function"].get("name"), str) for c in calls):
+                raise BadRequest(f"messages[{i}].tool_calls is invalid")
+        out.append(m)
+    return out
+
+
+def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
+                                              for t in tools):
+        raise BadRequest("tools must be an array of {\"type\": \"function\", \"function\": {...}} objects")
+    return tools
+
+
+def chat_messages(model: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The model's MESSAGE layers first; its SYSTEM unless the conversation brings its own."""
+    out = list(model.messages or []) + messages
+    if model.system and not any(m.get("role") == "system" for m in out):
+        out.insert(0, {"role": "system", "content": model.system})
+    return out
+
+
+@routes.post("/api/chat")
+async def chat(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    body = await read_json(request)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    messages = _check_messages(body.get("messages"))
+    tools = _check_tools(body.get("tools"))
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    if "completion" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support chat')
+    if tools and "tools" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support tools')
+    if any(m.get("images") for m in messages) and "vision" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support vision')
+    opts = merged_options(request, model, body.get("options"))
+    if not messages:
+        return web.json_response(await _load_or_unload(
+            request, model, opts, ka, raw_name, {"message": {"role": "assistant", "content": ""}}))
+    req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
+                            messages=chat_messages(model, messages), tools=tools, started=started)
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        async for ev in run_completion(request.app[SCHEDULER], req):
+            if isinstance(ev, Delta):
+                if tools:
+                    continue  # tool calls are parsed from the whole answer; sent with the final chunk
+                yield {"model": raw_name, "created_at": now_rfc3339(),
+                       "message": {"role": "assistant", "content": ev.text}, "done": False}
+            else:
+                message: dict[str, Any] = {"role": "assistant", "content": ""}
+                if tools:
+                    if ev.tool_calls:
+                        message["tool_calls"] = ev.tool_calls
+                    else:
+                        message["content"] = ev.text
+                yield {"model": raw_name, "created_at": now_rfc3339(), "message": message, "done": True,
+                       "done_reason": ev.done_reason, **_metrics(ev)}
+
+    return await _reply(request, body, events())
+
+
+@routes.post("/api/embed")
+async def embed(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    body = await read_json(request)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    inputs = body.get("input")
+    if inputs is None or inputs == "":
+        inputs = []
+    elif isinstance(inputs, str):
+        inputs = [inputs]
+    elif not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        raise BadRequest("invalid input type")
+    truncate = field(body, "truncate", bool, True)
+    dimensions = field(body, "dimensions", int)
+    if dimensions is not None and dimensions <= 0:
+        raise BadRequest("dimensions must be a positive integer")
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    opts = merged_options(request, model, body.get("options"))
+    result = await embeddings.embed(request.app[SCHEDULER], model, opts, ka, inputs, truncate=truncate,
+                                    dimensions=dimensions)
+    return web.json_response({
+        "model": raw_name, "embeddings": result.vectors,
+        "total_duration": int((time.perf_counter() - started) * 1e9),
+        "load_duration": result.load_duration, "prompt_eval_count": result.prompt_tokens,
+    })
+
+
+@routes.post("/api/embeddings")
+async def embeddings_legacy(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    prompt = field(body, "prompt", str, "")
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    opts = merged_options(request, model, body.get("options"))
+    if not prompt:
+        if ka != 0:
+            await request.app[SCHEDULER].load(model, opts, ka, embedding=True)
+        return web.json_response({"embedding": []})
+    result = await embeddings.embed(request.app[SCHEDULER], model, opts, ka, [prompt], truncate=True,
+                                    dimensions=None)
+    return web.json_response({"embedding": result.vectors[0]})
+
+
+@routes.get("/api/ps")
+async def ps(request: web.Request) -> web.Response:
+    scheduler = request.app[SCHEDULER]
+    models = []
+    for loaded in scheduler.loaded.values():
+        m = loaded.model
+        models.append({
+            "name": loaded.name, "model": loaded.name, "size": loaded.plan.size,
+            "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
+            "expires_at": rfc3339(loaded.expires_at if loaded.refcount == 0 else math.inf
+                                  if math.isinf(loaded.session_duration) else time.time()
+                                  + loaded.session_duration),
+            "size_vram": loaded.plan.size_vram, "context_length": loaded.plan.context_length,
+            "state": loaded.state, "queued": loaded.waiting, "active": loaded.refcount - loaded.waiting,
+        })
+    models.sort(key=lambda x: x["expires_at"], reverse=True)
+    return web.json_response({"models": models})
+

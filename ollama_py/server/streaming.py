@@ -1,0 +1,101 @@
+"""Writing streams: Ollama's NDJSON and SSE (OpenAI, Anthropic), with errors that respect what was sent.
+
+The first event is awaited before headers go out, so an error before any output gets a proper status code;
+after that, an error becomes a final {"error": ...} line (or SSE error event). The event source is always
+closed, so a client that hangs up frees its runner slot at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py.errors import OllamaError
+from ollama_py.server.errors import error_body
+
+log = logging.getLogger(__name__)
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+async def _first(events: AsyncIterator[Any]) -> tuple[bool, Any]:
+    try:
+        return True, await events.__anext__()
+    except StopAsyncIteration:
+        return False, None
+
+
+async def stream_response(
+    request: web.Request,
+    events: AsyncIterator[Any],
+    *,
+    content_type: str,
+    encode: Callable[[Any], bytes],
+    encode_error: Callable[[str], bytes],
+    trailer: bytes = b"",
+) -> web.StreamResponse:
+    """Write events as they come; the first is awaited before the headers go out."""
+    async with contextlib.aclosing(events):
+        has_first, first = await _first(events)
+        resp = web.StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache",
+                                                       "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        try:
+            if has_first:
+                await resp.write(encode(first))
+                async for event in events:
+                    await resp.write(encode(event))
+            if trailer:
+                await resp.write(trailer)
+        except OllamaError as e:
+            log.warning("%s %s failed mid-stream: %s", request.method, request.path, e)
+            await resp.write(encode_error(str(e)))
+        except (ConnectionResetError, ConnectionError):
+            log.info("%s %s: client disconnected mid-stream", request.method, request.path)
+            return resp
+        with contextlib.suppress(ConnectionError):
+            await resp.write_eof()
+    return resp
+
+
+async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
+    return await stream_response(
+        request, events, content_type="application/x-ndjson",
+        encode=lambda o: (dumps(o) + "\n").encode(),
+        encode_error=lambda msg: (dumps({"error": msg}) + "\n").encode(),
+    )
+
+
+async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: bool = True) -> web.StreamResponse:
+    """SSE. An event is a dict (data only) or a (event_name, dict) pair (Anthropic's named events)."""
+
+    def encode(ev: Any) -> bytes:
+        if isinstance(ev, tuple):
+            return f"event: {ev[0]}\ndata: {dumps(ev[1])}\n\n".encode()
+        return f"data: {dumps(ev)}\n\n".encode()
+
+    def encode_error(msg: str) -> bytes:
+        body = error_body(request.path, 500, msg)
+        if request.path.startswith("/v1/messages"):
+            return f"event: error\ndata: {dumps(body)}\n\n".encode()
+        return f"data: {dumps(body)}\n\n".encode()
+
+    return await stream_response(request, events, content_type="text/event-stream", encode=encode,
+                                 encode_error=encode_error, trailer=b"data: [DONE]\n\n" if done_marker else b"")
+
+
+async def collect(events: AsyncIterator[Any]) -> list[Any]:
+    async with contextlib.aclosing(events):
+        return [e async for e in events]
