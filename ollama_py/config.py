@@ -151,6 +151,7 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     rpc_servers: tuple[str, ...] = ()
     max_body_bytes: int = 64 * 1024 * 1024
+    data_dir: Path = field(default_factory=data_dir)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -194,6 +195,8 @@ class Settings:
             gpu_overhead=_uint(env, "OLLAMA_GPU_OVERHEAD", 0),
             nohistory=_bool(env, "OLLAMA_NOHISTORY"),
             api_keys=tuple(k.strip() for k in keys.split(",") if k.strip()),
+            data_dir=Path(_var(env, "OLLAMA_PY_DATA_DIR")).expanduser() if _var(env, "OLLAMA_PY_DATA_DIR")
+            else data_dir(),
             rpc_servers=tuple(s.strip() for s in _var(env, "OLLAMA_RPC_SERVERS").split(",") if s.strip()),
         )
         return replace(settings, **overrides) if overrides else settings

@@ -127,8 +127,8 @@ build_variant() {
   for t in "${TARGETS[@]}"; do cp "$bdir/bin/$t" "$tmp/"; done
   ln -sf ggml-rpc-server "$tmp/rpc-server"
   local commit version
-  commit="$(grep -m1 -oE 'LLAMA_BUILD_COMMIT[^"]*"[^"]*"' "$bdir/common/build-info.cpp" 2>/dev/null | sed 's/.*"\(.*\)"/\1/' || true)"
   version="$("$tmp/llama-server" --version 2>&1 | grep -m1 -i version || true)"
+  commit="$(printf '%s' "$version" | sed -n 's/.*commit \([0-9a-f]*\).*/\1/p')"
   python3 - "$tmp/build-info.json" "$variant" "$key" "$flags" "$SRC_ID" "$SRC_VERSION" "$version" "$commit" <<'PY'
 import json, sys, time
 path, variant, key, flags, src, srcver, version, commit = sys.argv[1:]

@@ -133,6 +133,17 @@ class RunnerProcess:
                 return ln.strip()
         return lines[-1].strip() if lines else ""
 
+    def reset(self) -> None:
+        """Forget a finished child so ensure_ready() starts a new one (e.g. with another variant)."""
+        if self._proc is not None and self._proc.returncode is None:
+            raise RuntimeError("runner still running")
+        self._proc = None
+        self._failure = ""
+        self.returncode = None
+        self.stderr_tail.clear()
+        self.log_lines.clear()
+        self.state = RunnerState.STOPPED
+
     # -- start ---------------------------------------------------------------------------------------------
     async def ensure_ready(self) -> None:
         """Start the child if it is not running and wait until it answers /health with 200."""

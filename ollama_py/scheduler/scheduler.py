@@ -286,7 +286,8 @@ class Scheduler:
 
     def _on_runner_exit(self, runner: RunnerProcess) -> None:
         for loaded in list(self.loaded.values()):
-            if loaded.runner is runner and not loaded.unloading:
+            # Before it was ready, a failure belongs to the request that is loading it (see use()).
+            if loaded.runner is runner and not loaded.unloading and loaded.client.base_url:
                 log.warning("runner for %s exited (status %s); it will be restarted on the next request",
                             loaded.name, runner.returncode)
                 loaded.unloading = True

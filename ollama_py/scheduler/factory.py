@@ -1,0 +1,149 @@
+"""Wiring the real scheduler: probe the host once, pick the runner variant, plan loads from GGUF metadata.
+
+`default_scheduler(settings)` is what `serve` uses; tests build a Scheduler with their own seams instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ollama_py.config import Settings
+from ollama_py.errors import RunnerLoadError
+from ollama_py.estimate import gpus as gpu_probe
+from ollama_py.estimate import memory
+from ollama_py.runner import variants
+from ollama_py.runner.argv import LaunchSpec, build_argv
+from ollama_py.runner.process import RunnerProcess
+from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
+
+log = logging.getLogger(__name__)
+
+_LOAD_KEYS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread")
+
+
+@functools.lru_cache(maxsize=64)
+def _shape(path: str, mtime_ns: int) -> memory.ModelShape:
+    return memory.shape_from_gguf(Path(path))
+
+
+def model_shape(path: Path) -> memory.ModelShape:
+    return _shape(str(path), path.stat().st_mtime_ns)
+
+
+def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int, model: Any,
+              options: dict[str, Any], embedding: bool) -> LoadPlan:
+    """How to load `model` for a request with these options: context, slots, GPU layers, memory."""
+    shape = model_shape(model.model_path)
+    num_ctx = int(options.get("num_ctx") or settings.context_length)
+    num_ctx = max(num_ctx, 4)
+    if shape.context_length:
+        num_ctx = min(num_ctx, shape.context_length)
+    parallel = 1 if embedding else settings.num_parallel
+    num_batch = options.get("num_batch")
+    if embedding:
+        num_batch = num_ctx
+    num_gpu = int(options.get("num_gpu", -1) if options.get("num_gpu") is not None else -1)
+    kv_type = settings.kv_cache_type or "f16"
+    est = memory.estimate(shape, num_ctx=num_ctx, num_parallel=parallel, num_batch=num_batch or 512,
+                          kv_type=kv_type, flash_attn=settings.flash_attention == "on")
+    placement = memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
+                             spread=settings.sched_spread, overhead=settings.gpu_overhead,
+                             system_free=system_free)
+    spec = LaunchSpec(
+        model=model.model_path,
+        num_ctx=num_ctx,
+        parallel=parallel,
+        num_batch=num_batch,
+        n_gpu_layers=placement.n_gpu_layers,
+        num_thread=options.get("num_thread") or None,
+        flash_attention=settings.flash_attention,
+        kv_cache_type=settings.kv_cache_type,
+        adapters=tuple(model.adapters),
+        projectors=tuple(model.projectors),
+        embedding=embedding,
+        use_mmap=options.get("use_mmap"),
+        main_gpu=placement.main_gpu if len(gpus) > 1 else None,
+        tensor_split=tuple(placement.tensor_split or ()),
+        rpc_servers=settings.rpc_servers,
+    )
+    key = "|".join([str(model.model_path), *map(str, model.adapters), "embed" if embedding else "gen"])
+    load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
+    load_options["num_ctx"] = num_ctx
+    return LoadPlan(key=key, spec=spec, load_options=load_options, size=placement.size,
+                    size_vram=placement.size_vram, context_length=num_ctx)
+
+
+class VariantRunner(RunnerProcess):
+    """A runner that falls back to the next built variant when one dies of SIGILL on this CPU."""
+
+    def __init__(self, spec: LaunchSpec, candidates: list[tuple[str, Path]], bad: variants.BadVariants,
+                 **kwargs: Any) -> None:
+        self.spec = spec
+        self.candidates = list(candidates)
+        self._bad = bad
+        super().__init__(lambda port: build_argv(self.spec, self.candidates[0][1], port), **kwargs)
+
+    @property
+    def variant(self) -> str:
+        return self.candidates[0][0]
+
+    async def ensure_ready(self) -> None:
+        while True:
+            try:
+                return await super().ensure_ready()
+            except RunnerLoadError:
+                if not (variants.is_sigill(self.returncode) and len(self.candidates) > 1):
+                    raise
+                failed = self.candidates.pop(0)[0]
+                reason = f"llama-server died with SIGILL (illegal instruction) on this CPU"
+                self._bad.mark(failed, reason)
+                log.warning("runner variant %s: %s; falling back to %s", failed, reason, self.variant)
+                self.reset()
+
+
+def runner_factory(settings: Settings, env: dict[str, str] | None = None,
+                   command_prefix: tuple[str, ...] = ()) -> Callable[..., RunnerProcess]:
+    """Runner factory for the Scheduler: picks the variant order once per runner (bad marks are re-read)."""
+    host = variants.probe_host()
+    bad = variants.BadVariants(settings.data_dir / "bad-variants.json", settings.runners_dir)
+
+    def factory(plan: LoadPlan, name: str, on_exit: Callable[[RunnerProcess], None]) -> RunnerProcess:
+        built = variants.built_variants(settings.runners_dir)
+        order = variants.candidate_order(host, built, forced=settings.llm_library, bad=bad.load())
+        candidates = [(v, built[v]) for v in order]
+        runner = VariantRunner(plan.spec, candidates, bad, name=name, env=env,
+                               load_timeout=settings.load_timeout, on_exit=on_exit)
+        return runner
+
+    return factory
+
+
+def default_scheduler(settings: Settings) -> Scheduler:
+    gpus = gpu_probe.probe_gpus(dict(__import__("os").environ))
+    system = gpu_probe.probe_system_memory()
+    built = variants.built_variants(settings.runners_dir)
+    try:
+        host = variants.probe_host()
+        order = variants.candidate_order(host, built, forced=settings.llm_library,
+                                         bad=variants.BadVariants(settings.data_dir / "bad-variants.json",
+                                                                  settings.runners_dir).load())
+        info = variants.read_build_info(settings.runners_dir / order[0])
+        log.info("runner variant %s (%s), devices: %s", order[0], info.get("llama_cpp_version") or "unknown version",
+                 ", ".join(f"{g.name} ({g.free >> 20} MiB free)" for g in gpus) or "CPU only")
+    except Exception as e:  # serve still starts; loading a model will say what is missing
+        log.warning("%s", e)
+
+    def free_memory() -> int | None:
+        return None if gpus else gpu_probe.probe_system_memory().free
+
+    return Scheduler(
+        settings,
+        plan=lambda model, options, embedding: plan_load(settings, gpus, system.free, model, options, embedding),
+        runner_factory=runner_factory(settings),
+        free_memory=free_memory,
+        gpu_count=len(gpus),
+    )

@@ -1,0 +1,61 @@
+"""`serve`: run the gateway until SIGTERM/SIGINT, then stop every runner before exiting."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import socket
+
+from aiohttp import web
+
+from ollama_py import __version__
+from ollama_py.config import Settings
+from ollama_py.server.app import create_app
+from ollama_py.server.keys import SCHEDULER
+
+log = logging.getLogger(__name__)
+
+
+def configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if settings.debug else logging.INFO,
+        format="time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s",
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def run_server(settings: Settings) -> None:
+    configure_logging(settings)
+    app = create_app(settings)
+
+    def last_resort() -> None:
+        # If the loop dies without running cleanup, no runner may outlive us (PDEATHSIG covers SIGKILL).
+        sched = app.get(SCHEDULER)
+        if sched is not None:
+            sched.kill_all()
+
+    atexit.register(last_resort)
+    host = settings.host.host
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, settings.host.port))
+    except OSError as e:
+        raise SystemExit(f"Error: listen tcp {host}:{settings.host.port}: bind: {e.strerror.lower()}") from None
+    log.info("Listening on %s:%d (version %s)", host, settings.host.port, __version__)
+    log.info("models: %s; runners: %s", settings.models, settings.runners_dir)
+    web.run_app(app, sock=sock, print=None, access_log=None, shutdown_timeout=5.0,
+                handler_cancellation=True)
+
+
+async def start_background(settings: Settings) -> web.AppRunner:
+    """Start the gateway inside the current event loop (for tests and benchmarks)."""
+    app = create_app(settings)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host.host, settings.host.port)
+    await site.start()
+    await asyncio.sleep(0)
+    return runner
