@@ -1,0 +1,56 @@
+# ollama-py: `make run` to try it, `make test` to test it.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CACHE ?= $(HOME)/.cache/ollama-py
+MODELS_CACHE := $(CACHE)/models
+SMOLLM2 := $(MODELS_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA := $(MODELS_CACHE)/gemma-3-270m-q4_k_m.gguf
+PROMPT ?= Why is the sky blue?
+export OLLAMA_HOST ?= 127.0.0.1:11434
+
+.PHONY: install prereqs runners models run test test-unit bench clean help
+
+help:
+	@echo "make run    build everything needed, start the server in the background, ask SmolLM2 a question"
+	@echo "make test   the whole test suite (unit + integration with the real llama-server and SmolLM2)"
+	@echo "make bench  benchmarks (results in bench/results/)"
+	@echo "make clean  remove the venv and built runners (the cache in $(CACHE) stays)"
+
+prereqs:
+	@scripts/check_prereqs.sh
+
+$(VENV)/.installed: pyproject.toml | prereqs
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+runners: | prereqs
+	@scripts/build_runners.sh
+
+models:
+	@PYTHON=$(PYTHON) scripts/fetch_models.sh
+
+install: $(VENV)/.installed runners models
+
+run: install
+	@PY=$(PY) scripts/demo.sh "$(PROMPT)"
+
+test: install
+	@PYTHON=$(PYTHON) scripts/fetch_models.sh --gemma
+	OLLAMA_PY_TEST_RUNNER=$(CURDIR)/runners/cpu_avx2/llama-server \
+	OLLAMA_PY_TEST_RUNNERS_DIR=$(CURDIR)/runners \
+	OLLAMA_PY_TEST_QUANTIZE=$$(ls $(CURDIR)/runners/*/llama-quantize | head -1) \
+	OLLAMA_PY_TEST_MODEL=$(SMOLLM2) OLLAMA_PY_TEST_GEMMA=$(GEMMA) \
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider -m "not integration" $(PYTEST_ARGS)
+
+bench: install
+	$(PY) bench/overhead.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2)
+
+clean:
+	rm -rf $(VENV) runners/cpu runners/cpu_avx2 runners/cuda runners/metal *.egg-info
