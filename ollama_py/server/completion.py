@@ -77,6 +77,7 @@ class Final:
     text: str = ""
     tool_calls: list[dict[str, Any]] | None = None
     cache_n: int = 0
+    stop_word: str | None = None  # the stop sequence that ended the text (Anthropic's stop_sequence)
 
 
 def completion_body(options: dict[str, Any], fmt: Any) -> dict[str, Any]:
@@ -174,7 +175,9 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         tool_calls = parse_tool_calls(text) if req.tools else None
         yield Final(
             done_reason="stop" if tool_calls else _STOP_REASONS.get(final_event.get("stop_type", "eos"), "stop"),
-            prompt_eval_count=int(timings.get("prompt_n", final_event.get("tokens_evaluated", 0)) or 0),
+            # tokens_evaluated is the whole prompt; timings.prompt_n leaves out the cached prefix, and Ollama
+            # reports the whole prompt (so a repeated request reports the same usage).
+            prompt_eval_count=int(final_event.get("tokens_evaluated") or timings.get("prompt_n", 0) or 0),
             prompt_eval_duration=int(float(timings.get("prompt_ms", 0)) * 1e6),
             eval_count=int(timings.get("predicted_n", final_event.get("tokens_predicted", 0)) or 0),
             eval_duration=int(float(timings.get("predicted_ms", 0)) * 1e6),
@@ -184,6 +187,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             text=text,
             tool_calls=tool_calls,
             cache_n=int(timings.get("cache_n", 0) or 0),
+            stop_word=(final_event.get("stopping_word") or None) if final_event.get("stop_type") == "word" else None,
         )
 
 
