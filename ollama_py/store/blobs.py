@@ -1,0 +1,200 @@
+"""Content-addressed blobs under OLLAMA_MODELS/blobs, byte-compatible with Ollama's store.
+
+A blob lives at blobs/sha256-<64 lowercase hex>. Every write goes to a temp file in the same directory
+(sha256-tmp-<random>), is hashed while it is copied, fsynced, and only then renamed onto its final name with
+os.replace, so a reader or a crash never sees a half-written blob under a real name. Every lookup checks
+the digest's format first (`^sha256[:-][0-9a-fA-F]{64}$`), which also keeps paths inside the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+from ollama_py.errors import BadRequest, DigestMismatch, NotFound
+
+log = logging.getLogger(__name__)
+
+_DIGEST = re.compile(r"^sha256[:-]([0-9a-fA-F]{64})\Z")
+_BLOB_NAME = re.compile(r"^sha256-([0-9a-f]{64})\Z")
+# Leftovers that only an interrupted write or download produces: our temp files, Ollama's partials.
+_STALE_NAME = re.compile(r"^sha256-(tmp-.*|.*-partial.*)\Z")
+_CHUNK = 1 << 20
+
+
+def canonical_digest(digest: str) -> str:
+    """"sha256:<lowercase hex>" for any accepted spelling; BadRequest("invalid digest format") otherwise."""
+    m = _DIGEST.match(digest) if isinstance(digest, str) else None
+    if m is None:
+        raise BadRequest("invalid digest format")
+    return "sha256:" + m.group(1).lower()
+
+
+def _fsync_dir(path: Path) -> None:
+    # The rename itself must be durable too, or a power cut can leave the old directory entry.
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class BlobStore:
+    """The blobs directory of one store root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.dir = self.root / "blobs"
+
+    # -- lookups -------------------------------------------------------------------------------------
+
+    def path(self, digest: str) -> Path:
+        """Where the blob lives (whether or not it exists). Uppercase hex maps to the same file."""
+        return self.dir / canonical_digest(digest).replace(":", "-", 1)
+
+    def exists(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def size(self, digest: str) -> int:
+        try:
+            return self.path(digest).stat().st_size
+        except FileNotFoundError:
+            raise NotFound(f'blob "{digest}" not found') from None
+
+    def digests(self) -> set[str]:
+        """Every complete blob, as "sha256:<hex>"."""
+        if not self.dir.is_dir():
+            return set()
+        return {"sha256:" + m.group(1) for e in os.scandir(self.dir) if (m := _BLOB_NAME.match(e.name))}
+
+    def verify(self, digest: str) -> bool:
+        """Re-hash the blob and compare with its name; False for a missing or corrupt blob."""
+        path = self.path(digest)
+        try:
+            with path.open("rb") as f:
+                actual = hashlib.file_digest(f, "sha256").hexdigest()
+        except FileNotFoundError:
+            return False
+        return "sha256:" + actual == canonical_digest(digest)
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    def write_from(self, reader: BinaryIO | Iterable[bytes], expected: str | None = None) -> tuple[str, int]:
+        """Copy a stream into the store, hashing as it goes; ("sha256:<hex>", size).
+
+        With `expected`, a stream whose hash differs raises DigestMismatch and leaves no file behind.
+        """
+        want = canonical_digest(expected) if expected is not None else None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix="sha256-tmp-", dir=self.dir)
+        tmp = Path(tmp_name)
+        try:
+            sha = hashlib.sha256()
+            size = 0
+            with os.fdopen(fd, "wb") as out:
+                for chunk in _chunks(reader):
+                    sha.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            actual = "sha256:" + sha.hexdigest()
+            if want is not None and actual != want:
+                raise DigestMismatch(f'digest mismatch, expected "{expected}", got "{actual}"')
+            self._install(tmp, actual)
+            return actual, size
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def write_bytes(self, data: bytes) -> tuple[str, int]:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self.exists(digest):
+            return digest, len(data)
+        return self.write_from([data], expected=digest)
+
+    def write_file(self, path: Path) -> tuple[str, int]:
+        """Hash a file, then copy it in unless the store already holds that content."""
+        with Path(path).open("rb") as f:
+            digest = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+            size = f.tell()
+            if self.exists(digest):
+                return digest, size
+            f.seek(0)
+            # Hashing again while copying catches a file that changed between the two reads.
+            return self.write_from(f, expected=digest)
+
+    def move_in(self, path: Path) -> tuple[str, int]:
+        """Adopt a finished file that already sits in the blobs directory (a quantizer's output)."""
+        path = Path(path)
+        if path.parent.resolve() != self.dir.resolve():
+            raise ValueError(f"{path} is not in {self.dir}")
+        try:
+            with path.open("rb") as f:
+                digest = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+                size = f.tell()
+                os.fsync(f.fileno())
+            self._install(path, digest)
+            return digest, size
+        finally:
+            path.unlink(missing_ok=True)
+
+    def _install(self, tmp: Path, digest: str) -> None:
+        final = self.path(digest)
+        if final.exists():
+            # Same content is already there; keeping its inode leaves any open mmap of it untouched.
+            return
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+        _fsync_dir(self.dir)
+
+    # -- removal -------------------------------------------------------------------------------------
+
+    def delete(self, digest: str) -> None:
+        self.path(digest).unlink(missing_ok=True)
+
+    def prune(self, referenced: set[str], *, older_than: float = 0.0) -> list[str]:
+        """Remove blobs not in `referenced` and stale temp/partial files; returns the names removed.
+
+        `older_than` (seconds) spares files modified more recently, so a prune while the server runs does
+        not take a blob that was just uploaded for a create that has not written its manifest yet.
+        """
+        if not self.dir.is_dir():
+            return []
+        keep = {canonical_digest(d) for d in referenced}
+        cutoff = time.time() - older_than
+        removed: list[str] = []
+        for entry in os.scandir(self.dir):
+            m = _BLOB_NAME.match(entry.name)
+            if m is not None:
+                if "sha256:" + m.group(1) in keep:
+                    continue
+            elif not _STALE_NAME.match(entry.name):
+                continue  # not ours: leave files we do not understand alone
+            try:
+                if not entry.is_file(follow_symlinks=False) or entry.stat().st_mtime > cutoff:
+                    continue
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            removed.append(entry.name)
+        if removed:
+            log.info("pruned %d unused blob file(s): %s", len(removed), ", ".join(sorted(removed)))
+        return removed
+
+
+def _chunks(reader: BinaryIO | Iterable[bytes]) -> Iterable[bytes]:
+    read = getattr(reader, "read", None)
+    if read is None:
+        yield from (bytes(c) for c in reader if c)
+        return
+    while chunk := read(_CHUNK):
+        yield chunk

@@ -1,0 +1,329 @@
+"""The model store: names -> manifests -> blobs, read back as Model values; list, copy, delete, prune.
+
+    ModelStore(root)             root = OLLAMA_MODELS (an existing Ollama store works as is)
+      .blobs / .manifests        the two halves (store/blobs.py, store/manifests.py)
+      .load(name) -> Model       a manifest and its small layers (template, system, params, ...)
+      .list_models()             the /api/tags entries
+      .copy(src, dst)            a second name for the same manifest
+      .delete(name)              the manifest, then the blobs no other manifest references
+      .prune()                   start-up: unreferenced blobs and stale temp files
+      .info(model) -> GGUFInfo   the weights' header, cached by digest
+
+Everything here is blocking file I/O; the server calls it through asyncio.to_thread. `lock` serialises the
+steps that must not interleave across threads: writing a manifest (after checking its blobs exist) and
+deleting blobs (after checking nothing references them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ollama_py.api.names import ModelName
+from ollama_py.errors import ModelNotFound, NotFound, OllamaError
+from ollama_py.store.blobs import BlobStore, canonical_digest
+from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
+from ollama_py.store.manifests import (
+    MEDIA_ADAPTER,
+    MEDIA_LICENSE,
+    MEDIA_MESSAGES,
+    MEDIA_MODEL,
+    MEDIA_PARAMS,
+    MEDIA_PROJECTOR,
+    MEDIA_PROMPT,
+    MEDIA_SYSTEM,
+    MEDIA_TEMPLATE,
+    InvalidManifest,
+    Manifest,
+    ManifestStore,
+)
+
+log = logging.getLogger(__name__)
+
+_INFO_CACHE_SIZE = 16
+
+try:  # the template engine knows which variables a Go template really references
+    from ollama_py.template.prompt import template_uses as _template_uses
+except ImportError:  # not built yet: a text search finds {{ .Tools }}, {{ if .Suffix }}, {{ range .Tools }}
+    def _template_uses(template: str, name: str) -> bool:
+        return f".{name}" in template
+
+
+def rfc3339(ts: float) -> str:
+    """A timestamp as RFC 3339 in local time with its offset, as Go marshals a time.Time."""
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).astimezone().isoformat()
+
+
+@dataclass(frozen=True)
+class Model:
+    name: ModelName
+    manifest: Manifest
+    model_path: Path | None
+    adapters: tuple[Path, ...]
+    projectors: tuple[Path, ...]
+    template: str | None
+    system: str | None
+    params: dict
+    messages: list[dict]
+    licenses: list[str]
+    config: dict
+    modified_at: float
+    size: int
+    info: GGUFInfo | None = field(default=None, repr=False, compare=False)  # the weights' header
+
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+    @property
+    def parent_model(self) -> str:
+        layers = self.manifest.layers_of(MEDIA_MODEL)
+        return (layers[0].from_ or "") if layers else ""
+
+    @property
+    def capabilities(self) -> list[str]:
+        """Ollama's capability names: completion or embedding, vision, tools, insert."""
+        caps: list[str] = []
+        info = self.info
+        caps.append("embedding" if info is not None and info.is_embedding else "completion")
+        if self.projectors or (info is not None and info.has_vision):
+            caps.append("vision")
+        if self.template is not None:
+            if _template_uses(self.template, "Tools"):
+                caps.append("tools")
+            if _template_uses(self.template, "Suffix"):
+                caps.append("insert")
+        elif info is not None and info.chat_template and "tools" in info.chat_template:
+            # No Go template: llama-server renders the GGUF's own Jinja template, tools included.
+            caps.append("tools")
+        return caps
+
+    @property
+    def details(self) -> dict[str, Any]:
+        cfg = self.config
+        families = cfg.get("model_families")
+        return {
+            "parent_model": self.parent_model,
+            "format": cfg.get("model_format") or "",
+            "family": cfg.get("model_family") or "",
+            "families": list(families) if isinstance(families, list) else None,
+            "parameter_size": cfg.get("model_type") or "",
+            "quantization_level": cfg.get("file_type") or "",
+        }
+
+
+class ModelStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.blobs = BlobStore(self.root)
+        self.manifests = ManifestStore(self.root)
+        self.lock = threading.RLock()
+        self._info_cache: OrderedDict[str, GGUFInfo] = OrderedDict()
+        self._info_lock = threading.Lock()
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def load(self, name: ModelName) -> Model:
+        """The named model (case-insensitive); ModelNotFound when absent."""
+        stored = self.manifests.resolve(name)
+        if stored is None:
+            raise ModelNotFound(name.short)
+        manifest = self.manifests.get(stored)
+        try:
+            modified_at = self.manifests.path(stored).stat().st_mtime
+        except FileNotFoundError:
+            raise ModelNotFound(name.short) from None
+        config = self._read_config(manifest)
+
+        model_path: Path | None = None
+        adapters: list[Path] = []
+        projectors: list[Path] = []
+        template = system = None
+        params: dict = {}
+        messages: list[dict] = []
+        licenses: list[str] = []
+        for layer in manifest.layers:
+            mt = layer.media_type
+            if mt == MEDIA_MODEL:
+                if model_path is None:
+                    model_path = self.blobs.path(layer.digest)
+            elif mt == MEDIA_ADAPTER:
+                adapters.append(self.blobs.path(layer.digest))
+            elif mt == MEDIA_PROJECTOR:
+                projectors.append(self.blobs.path(layer.digest))
+            elif mt in (MEDIA_TEMPLATE, MEDIA_PROMPT):
+                template = self._read_text(layer.digest)
+            elif mt == MEDIA_SYSTEM:
+                system = self._read_text(layer.digest)
+            elif mt == MEDIA_PARAMS:
+                loaded = self._read_json(layer.digest)
+                params = loaded if isinstance(loaded, dict) else {}
+            elif mt == MEDIA_MESSAGES:
+                loaded = self._read_json(layer.digest)
+                messages = [m for m in loaded if isinstance(m, dict)] if isinstance(loaded, list) else []
+            elif mt == MEDIA_LICENSE:
+                licenses.append(self._read_text(layer.digest))
+        info = self._info_for(model_path) if model_path is not None else None
+        return Model(
+            name=stored, manifest=manifest, model_path=model_path, adapters=tuple(adapters),
+            projectors=tuple(projectors), template=template, system=system, params=params,
+            messages=messages, licenses=licenses, config=config, modified_at=modified_at,
+            size=manifest.size, info=info,
+        )
+
+    def info(self, model: Model) -> GGUFInfo:
+        """The model's GGUF header (cached by blob digest)."""
+        if model.info is not None:
+            return model.info
+        if model.model_path is None:
+            raise OllamaError(f"model '{model.name.short}' has no weights")
+        info = self._info_for(model.model_path)
+        assert info is not None
+        return info
+
+    def list_models(self) -> list[dict[str, Any]]:
+        """The /api/tags entries, most recently modified first."""
+        entries: list[tuple[float, dict[str, Any]]] = []
+        for name, manifest, mtime in self.manifests.list():
+            cfg = self._read_config(manifest)
+            families = cfg.get("model_families")
+            entries.append((mtime, {
+                "name": name.short,
+                "model": name.short,
+                "modified_at": rfc3339(mtime),
+                "size": manifest.size,
+                "digest": manifest.digest.removeprefix("sha256:"),
+                "details": {
+                    "parent_model": "",
+                    "format": cfg.get("model_format") or "",
+                    "family": cfg.get("model_family") or "",
+                    "families": list(families) if isinstance(families, list) else None,
+                    "parameter_size": cfg.get("model_type") or "",
+                    "quantization_level": cfg.get("file_type") or "",
+                },
+            }))
+        entries.sort(key=lambda e: -e[0])
+        return [entry for _mtime, entry in entries]
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    def copy(self, src: ModelName, dst: ModelName) -> None:
+        """Point `dst` at `src`'s manifest (the same bytes, so the same digest); blobs are shared."""
+        try:
+            manifest = self.manifests.get(src)
+        except ModelNotFound:
+            raise ModelNotFound(src.short, message=f'model "{src.short}" not found') from None
+        with self.lock:
+            self.manifests.put(dst, manifest)
+
+    def put_manifest(self, name: ModelName, manifest: Manifest) -> ModelName:
+        """Write a manifest after checking every blob it names is present (under the store lock)."""
+        with self.lock:
+            missing = sorted(d for d in manifest.digests() if not self.blobs.exists(d))
+            if missing:
+                raise OllamaError(f"blob {missing[0]} not found; manifest not written")
+            return self.manifests.put(name, manifest)
+
+    def delete(self, name: ModelName) -> list[str]:
+        """Remove the name, then the blobs only it referenced; returns the removed blob digests."""
+        with self.lock:
+            manifest = self.manifests.get(name)
+            self.manifests.delete(name)
+            return self.remove_unreferenced(manifest.digests())
+
+    def remove_unreferenced(self, candidates: set[str]) -> list[str]:
+        """Delete those of `candidates` that no manifest references (none at all if a manifest is unreadable)."""
+        with self.lock:
+            try:
+                referenced = self.manifests.referenced_digests()
+            except InvalidManifest as e:
+                log.warning("keeping blobs: cannot tell what is referenced: %s", e)
+                return []
+            removed = sorted(canonical_digest(d) for d in candidates)
+            removed = [d for d in removed if d not in referenced and self.blobs.exists(d)]
+            for digest in removed:
+                self.blobs.delete(digest)
+                self._forget_info(digest)
+            return removed
+
+    def prune(self) -> list[str]:
+        """Start-up clean-up: stale manifest temp files, stale blob temp files, unreferenced blobs."""
+        with self.lock:
+            self.manifests.remove_stale_temp()
+            try:
+                referenced = self.manifests.referenced_digests()
+            except InvalidManifest as e:
+                log.warning("not pruning blobs: %s", e)
+                return self.blobs.prune(self.blobs.digests())  # temp files only
+            return self.blobs.prune(referenced)
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def read_config(self, manifest: Manifest) -> dict[str, Any]:
+        """The manifest's config blob as a dict ({} when missing or unreadable)."""
+        return self._read_config(manifest)
+
+    def blob_info(self, digest: str) -> GGUFInfo:
+        """The GGUF header of a stored blob (cached); BadRequest when it is not a GGUF, NotFound when absent."""
+        path = self.blobs.path(digest)
+        key = path.name
+        with self._info_lock:
+            cached = self._info_cache.get(key)
+        if cached is not None:
+            return cached
+        if not path.is_file():
+            raise NotFound(f"blob {canonical_digest(digest)} not found")
+        info = read_gguf_info(path)
+        self._remember(key, info)
+        return info
+
+    def _info_for(self, path: Path) -> GGUFInfo | None:
+        key = path.name
+        with self._info_lock:
+            cached = self._info_cache.get(key)
+            if cached is not None:
+                self._info_cache.move_to_end(key)
+                return cached
+        try:
+            info = read_gguf_info(path)
+        except (OSError, OllamaError) as e:
+            log.warning("cannot read GGUF header of %s: %s", path, e)
+            return None
+        self._remember(key, info)
+        return info
+
+    def _remember(self, key: str, info: GGUFInfo) -> None:
+        with self._info_lock:
+            self._info_cache[key] = info
+            while len(self._info_cache) > _INFO_CACHE_SIZE:
+                self._info_cache.popitem(last=False)
+
+    def _forget_info(self, digest: str) -> None:
+        with self._info_lock:
+            self._info_cache.pop(canonical_digest(digest).replace(":", "-", 1), None)
+
+    def _read_config(self, manifest: Manifest) -> dict[str, Any]:
+        loaded = self._read_json(manifest.config.digest)
+        return loaded if isinstance(loaded, dict) else {}
+
+    def _read_text(self, digest: str) -> str:
+        try:
+            return self.blobs.path(digest).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            log.warning("blob %s is missing", digest)
+            return ""
+
+    def _read_json(self, digest: str) -> Any:
+        try:
+            return json.loads(self.blobs.path(digest).read_bytes())
+        except FileNotFoundError:
+            log.warning("blob %s is missing", digest)
+        except ValueError as e:
+            log.warning("blob %s is not JSON: %s", digest, e)
+        return None

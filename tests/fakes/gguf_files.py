@@ -1,0 +1,105 @@
+"""Tiny GGUF files for tests, written with the `gguf` package's GGUFWriter.
+
+    write_llama_gguf(path, ...)   a one-block llama-architecture model (a few KB of F16/F32 tensors) with
+                                  the tensor names llama.cpp expects, so llama-quantize accepts it
+    write_gguf(path, arch, kv, tensors)   anything else: any architecture's key/values, chosen tensors
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+N_EMBD = 64
+N_FF = 128
+N_VOCAB = 32
+CHAT_TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+
+
+def write_gguf(path: Path, arch: str, kv: dict[str, object] | None = None,
+               tensors: dict[str, np.ndarray] | None = None, *, general_type: str | None = "model") -> Path:
+    """Write `kv` (typed by Python type: str, bool, int as uint32, float as float32, list) and `tensors`."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    if general_type is not None:
+        writer.add_type(general_type)
+    for key, value in (kv or {}).items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            if value < 0:
+                writer.add_int32(key, value)
+            elif value >= 1 << 32:
+                writer.add_uint64(key, value)
+            else:
+                writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, list):
+            writer.add_array(key, value)
+        else:
+            raise TypeError(f"{key}: {type(value)}")
+    for name, data in (tensors or {}).items():
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
+def llama_tensors(dtype: type = np.float16, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(dtype)
+
+    def norm() -> np.ndarray:
+        return np.ones(N_EMBD, dtype=np.float32)
+
+    return {
+        "token_embd.weight": w(N_VOCAB, N_EMBD),
+        "blk.0.attn_norm.weight": norm(),
+        "blk.0.attn_q.weight": w(N_EMBD, N_EMBD),
+        "blk.0.attn_k.weight": w(N_EMBD, N_EMBD),
+        "blk.0.attn_v.weight": w(N_EMBD, N_EMBD),
+        "blk.0.attn_output.weight": w(N_EMBD, N_EMBD),
+        "blk.0.ffn_norm.weight": norm(),
+        "blk.0.ffn_gate.weight": w(N_FF, N_EMBD),
+        "blk.0.ffn_up.weight": w(N_FF, N_EMBD),
+        "blk.0.ffn_down.weight": w(N_EMBD, N_FF),
+        "output_norm.weight": norm(),
+        "output.weight": w(N_VOCAB, N_EMBD),
+    }
+
+
+def write_llama_gguf(path: Path, *, file_type: int = 1, dtype: type = np.float16, seed: int = 0,
+                     chat_template: str | None = CHAT_TEMPLATE, extra_kv: dict[str, object] | None = None,
+                     general_type: str | None = "model") -> Path:
+    """A one-block llama model: F16 weights (file_type 1) unless told otherwise. `seed` varies the bytes."""
+    kv: dict[str, object] = {
+        "general.name": "tiny-llama",
+        "general.file_type": file_type,
+        "llama.context_length": 256,
+        "llama.embedding_length": N_EMBD,
+        "llama.block_count": 1,
+        "llama.feed_forward_length": N_FF,
+        "llama.attention.head_count": 4,
+        "llama.attention.head_count_kv": 2,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "llama.rope.freq_base": 10000.0,
+        "llama.vocab_size": N_VOCAB,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": [f"t{i}" for i in range(N_VOCAB)],
+        "tokenizer.ggml.token_type": [1] * N_VOCAB,
+        "tokenizer.ggml.merges": ["t 1"],
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+    }
+    if chat_template is not None:
+        kv["tokenizer.chat_template"] = chat_template
+    kv.update(extra_kv or {})
+    return write_gguf(path, "llama", kv, llama_tensors(dtype, seed), general_type=general_type)
