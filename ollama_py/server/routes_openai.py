@@ -1,5 +1,191 @@
-"""OpenAI- and Anthropic-compatible routes (/v1/*). Placeholder until the compatibility layer lands."""
+"""OpenAI-compatible routes (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models) and the
+registration of the Anthropic one (/v1/messages, in routes_anthropic.py).
+
+Each handler translates the request (openai_translate), runs the one inference path (completion.run_completion
+or embeddings.embed) and translates the events back; errors are raised and the middleware writes OpenAI's
+envelope. Streams are SSE `data:` chunks ending with `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
+from ollama_py.api.names import parse_name
+from ollama_py.errors import BadRequest
+from ollama_py.server import embeddings
+from ollama_py.server import openai_translate as oai
+from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
+from ollama_py.server.keys import SCHEDULER, STORE
+from ollama_py.server.models import find_model, keep_alive, merged_options
+from ollama_py.server.requests import model_name, read_json
+from ollama_py.server.routes_anthropic import messages as anthropic_messages
+from ollama_py.server.routes_native import chat_messages
+from ollama_py.server.streaming import collect, sse
+
+log = logging.getLogger(__name__)
+
 routes = web.RouteTableDef()
+routes.post("/v1/messages")(anthropic_messages)
+
+
+def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, Any]],
+                            tools: list[dict[str, Any]] | None) -> None:
+    """The native /api/chat checks, so both APIs refuse the same requests."""
+    caps = model.capabilities
+    if "completion" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support chat')
+    if tools and "tools" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support tools')
+    if any(m.get("images") for m in messages) and "vision" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support vision')
+
+
+@routes.post("/v1/chat/completions")
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    body = await read_json(request)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    params = oai.parse_chat(body)
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    check_chat_capabilities(model, raw_name, params.messages, params.tools)
+    opts = merged_options(request, model, params.options)
+    req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
+                            messages=chat_messages(model, params.messages), tools=params.tools,
+                            logprobs=params.top_logprobs, started=started)
+    meta = oai.new_meta("chatcmpl", raw_name)
+    top = params.top_logprobs
+    events = run_completion(request.app[SCHEDULER], req)
+
+    if not params.stream:
+        items = await collect(events)
+        final = items[-1]
+        probs = oai.chat_logprobs([p for d in items[:-1] for p in d.probs or []], top) if top is not None else None
+        return web.json_response(oai.chat_completion(meta, final, probs))
+
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
+        held: list[dict[str, Any]] = []  # with tools the text is only known to be text at the end
+        async with contextlib.aclosing(events):
+            async for ev in events:
+                if isinstance(ev, Delta):
+                    probs = oai.chat_logprobs(ev.probs or [], top) if top is not None else None
+                    if params.tools:
+                        held.extend(probs or [])
+                        continue
+                    yield oai.chat_chunk(meta, {"content": ev.text}, None, probs)
+                    continue
+                final: Final = ev
+                held_probs = held if top is not None and params.tools else None
+                if final.tool_calls:
+                    yield oai.chat_chunk(meta, {"content": "", "tool_calls": oai.tool_calls(final.tool_calls)},
+                                         oai.finish_reason(final), held_probs)
+                elif params.tools:
+                    yield oai.chat_chunk(meta, {"content": final.text}, oai.finish_reason(final), held_probs)
+                else:
+                    yield oai.chat_chunk(meta, {"content": ""}, oai.finish_reason(final))
+                if params.include_usage:
+                    yield oai.usage_chunk(meta, final)
+
+    return await sse(request, chunks())
+
+
+@routes.post("/v1/completions")
+async def completions(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    body = await read_json(request)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    params = oai.parse_completion(body)
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    caps = model.capabilities
+    if "completion" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support generate')
+    if params.suffix and "insert" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support insert')
+    opts = merged_options(request, model, params.options)
+    meta = oai.new_meta("cmpl", raw_name)
+    if not params.prompt:
+        # Ollama's generate with an empty prompt only loads the model (done_reason "load").
+        await request.app[SCHEDULER].load(model, opts, ka)
+        if params.stream:
+            return await sse(request, _one(oai.text_chunk(meta, "", "load")))
+        return web.json_response(oai.text_completion(meta, "", None, "load"))
+    system = [{"role": "system", "content": model.system}] if model.system else []
+    req = CompletionRequest(model=model, options=opts, keep_alive=ka, suffix=params.suffix,
+                            messages=[*system, {"role": "user", "content": params.prompt}],
+                            logprobs=params.logprobs, started=started)
+    top = params.logprobs
+    events = run_completion(request.app[SCHEDULER], req)
+
+    if not params.stream:
+        items = await collect(events)
+        final = items[-1]
+        probs = ([p for d in items[:-1] for p in d.probs or []])
+        lp = oai.text_logprobs(probs, top, 0) if top is not None else None
+        return web.json_response(oai.text_completion(meta, final.text, final, final.done_reason, lp))
+
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
+        offset = 0
+        async with contextlib.aclosing(events):
+            async for ev in events:
+                if isinstance(ev, Delta):
+                    lp = oai.text_logprobs(ev.probs or [], top, offset) if top is not None else None
+                    offset += len(ev.text)
+                    yield oai.text_chunk(meta, ev.text, None, lp)
+                    continue
+                yield oai.text_chunk(meta, "", ev.done_reason)
+                if params.include_usage:
+                    yield oai.usage_chunk(meta, ev, "text_completion")
+
+    return await sse(request, chunks())
+
+
+@routes.post("/v1/embeddings")
+async def create_embeddings(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    params = oai.parse_embedding(body)
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    opts = merged_options(request, model, None)
+    result = await embeddings.embed(request.app[SCHEDULER], model, opts, ka, params.inputs, truncate=True,
+                                    dimensions=params.dimensions)
+    return web.json_response(oai.embedding_list(raw_name, result.vectors, result.prompt_tokens,
+                                                params.encoding_format))
+
+
+def _unix(rfc3339: str) -> int:
+    try:
+        return int(dt.datetime.fromisoformat(rfc3339).timestamp())
+    except ValueError:
+        return 0
+
+
+@routes.get("/v1/models")
+async def list_models(request: web.Request) -> web.Response:
+    entries = await asyncio.to_thread(request.app[STORE].list_models)
+    data = [oai.model_entry(e["name"], parse_name(e["name"]).namespace, _unix(e["modified_at"])) for e in entries]
+    return web.json_response({"object": "list", "data": data})
+
+
+@routes.get("/v1/models/{model:.+}")
+async def retrieve_model(request: web.Request) -> web.Response:
+    raw_name = request.match_info["model"]
+    model = await find_model(request, parse_name(raw_name), raw_name)
+    return web.json_response(oai.model_entry(raw_name, parse_name(raw_name).namespace, int(model.modified_at)))
+
+
+async def _one(item: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    yield item
+

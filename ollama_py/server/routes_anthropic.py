@@ -1,0 +1,67 @@
+"""The Anthropic-compatible route: POST /v1/messages (registered on routes_openai.routes).
+
+Translation in anthropic_translate; inference through completion.run_completion like /api/chat; errors raised
+for the middleware to write Anthropic's envelope {"type": "error", "error": {"type", "message"}}.
+Streams are named SSE events with no [DONE] marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py.errors import BadRequest
+from ollama_py.server import anthropic_translate as ant
+from ollama_py.server.completion import CompletionRequest, Delta, run_completion
+from ollama_py.server.keys import SCHEDULER
+from ollama_py.server.models import find_model, keep_alive, merged_options
+from ollama_py.server.requests import model_name, read_json
+from ollama_py.server.routes_native import chat_messages
+from ollama_py.server.streaming import collect, sse
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    body = await read_json(request)
+    params = ant.parse_messages(body)
+    name = model_name(body)
+    raw_name = body.get("model") or body.get("name")
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    caps = model.capabilities
+    if "completion" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support chat')
+    if params.tools and "tools" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support tools')
+    if any(m.get("images") for m in params.messages) and "vision" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support vision')
+    opts = merged_options(request, model, params.options)
+    req = CompletionRequest(model=model, options=opts, keep_alive=ka, messages=chat_messages(model, params.messages),
+                            tools=params.tools, started=started)
+    msg_id = ant.new_message_id()
+    events = run_completion(request.app[SCHEDULER], req)
+
+    if not params.stream:
+        items = await collect(events)
+        return web.json_response(ant.message(msg_id, raw_name, items[-1]))
+
+    async def named_events() -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens)
+        async with contextlib.aclosing(events):
+            async for ev in events:
+                if isinstance(ev, Delta):
+                    if not params.tools:  # with tools, text is only known to be text at the end
+                        for out in stream.text(ev.text):
+                            yield out
+                    continue
+                if params.tools and not ev.tool_calls:
+                    for out in stream.text(ev.text):
+                        yield out
+                for out in stream.finish(ev):
+                    yield out
+
+    return await sse(request, named_events(), done_marker=False)
