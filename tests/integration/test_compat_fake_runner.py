@@ -1,0 +1,116 @@
+"""The OpenAI and Anthropic APIs over the fake llama-server: tool calls and mid-stream failures, which SmolLM2
+cannot be made to produce on demand. The real app and scheduler; only the child process is the fake."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from ollama_py.runner.argv import LaunchSpec
+from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
+from ollama_py.server.app import create_app
+from tests.conftest import create_tiny_model, fake_runner_factory, make_settings, write_tiny_gguf
+
+TOOL_REPLY = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+OAI_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"city": {"type": "string"}}}}}]
+ANT_TOOLS = [{"name": "get_weather", "description": "The weather in a city",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+# A GGUF chat template that mentions tools gives the model the "tools" capability.
+TOOLS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
+
+
+@pytest.fixture(scope="module")
+def tools_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tools.gguf", chat_template=TOOLS_TEMPLATE)
+
+
+@pytest.fixture
+def base_url(tmp_path: Path, tools_gguf: Path, aiohttp_server: Any) -> Callable[..., Any]:
+    """Start the app whose runners are the fake llama-server with these FAKE_* settings; gives its URL."""
+
+    async def start(**fake_env: str) -> str:
+        settings = make_settings(tmp_path)
+        create_tiny_model(settings, tools_gguf, "tiny")
+
+        def plan(model: Any, options: dict[str, Any], embedding: bool) -> LoadPlan:
+            spec = LaunchSpec(model=model.model_path, num_ctx=2048, embedding=embedding)
+            return LoadPlan(key=f"{model.digest}:{embedding}", spec=spec, load_options={})
+
+        scheduler = Scheduler(settings, plan=plan, runner_factory=fake_runner_factory(settings, fake_env))
+        server = await aiohttp_server(create_app(settings, scheduler=scheduler))
+        return str(server.make_url(""))
+
+    return start
+
+
+async def _drain(stream: AsyncIterator[Any]) -> list[Any]:
+    return [item async for item in stream]
+
+
+async def test_openai_tool_call(base_url: Callable[..., Any]) -> None:
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_REPLY=TOOL_REPLY) + "/v1", api_key="x", max_retries=0)
+    resp = await client.chat.completions.create(model="tiny", messages=ASK, tools=OAI_TOOLS)
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.id
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+
+
+async def test_openai_tool_call_streamed(base_url: Callable[..., Any]) -> None:
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_REPLY=TOOL_REPLY) + "/v1", api_key="x", max_retries=0)
+    chunks = await _drain(await client.chat.completions.create(model="tiny", messages=ASK, tools=OAI_TOOLS,
+                                                               stream=True))
+    calls = [tc for c in chunks for tc in c.choices[0].delta.tool_calls or []]
+    assert [(tc.function.name, json.loads(tc.function.arguments)) for tc in calls] == [
+        ("get_weather", {"city": "Paris"})]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == ""
+
+
+async def test_tools_without_a_call_answer_text(base_url: Callable[..., Any]) -> None:
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_REPLY="It is sunny.") + "/v1", api_key="x",
+                                max_retries=0)
+    resp = await client.chat.completions.create(model="tiny", messages=ASK, tools=OAI_TOOLS)
+    assert (resp.choices[0].message.content, resp.choices[0].finish_reason) == ("It is sunny.", "stop")
+    assert not resp.choices[0].message.tool_calls
+
+
+async def test_anthropic_tool_use(base_url: Callable[..., Any]) -> None:
+    client = anthropic.AsyncAnthropic(base_url=await base_url(FAKE_REPLY=TOOL_REPLY), api_key="x", max_retries=0)
+    msg = await client.messages.create(model="tiny", max_tokens=64, messages=ASK, tools=ANT_TOOLS)
+    assert msg.stop_reason == "tool_use"
+    [block] = msg.content
+    assert (block.type, block.name, block.input) == ("tool_use", "get_weather", {"city": "Paris"})
+    async with client.messages.stream(model="tiny", max_tokens=64, messages=ASK, tools=ANT_TOOLS) as stream:
+        streamed = await stream.get_final_message()
+    assert streamed.stop_reason == "tool_use"
+    assert [(b.type, b.name, b.input) for b in streamed.content] == [("tool_use", "get_weather", {"city": "Paris"})]
+
+
+async def test_runner_crash_mid_stream_reaches_the_openai_client(base_url: Callable[..., Any]) -> None:
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_CRASH_AFTER_TOKENS="3") + "/v1", api_key="x",
+                                max_retries=0)
+    stream = await client.chat.completions.create(model="tiny", messages=ASK, stream=True)
+    with pytest.raises(openai.APIError):
+        await _drain(stream)
+
+
+async def test_runner_crash_mid_stream_reaches_the_anthropic_client(base_url: Callable[..., Any]) -> None:
+    client = anthropic.AsyncAnthropic(base_url=await base_url(FAKE_CRASH_AFTER_TOKENS="3"), api_key="x",
+                                      max_retries=0)
+    stream = await client.messages.create(model="tiny", max_tokens=64, messages=ASK, stream=True)  # 200: tokens came
+    with pytest.raises(anthropic.APIStatusError) as e:
+        await _drain(stream)
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "api_error"
