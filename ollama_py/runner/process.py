@@ -127,6 +127,11 @@ class RunnerProcess:
     def failure_message(self) -> str:
         """The most useful line of the child's stderr: an error line if there is one, else the last line."""
         lines = [ln for ln in self.stderr_tail if ln.strip()]
+        for ln in lines:  # the cause comes before llama-server's generic "exiting due to ..." line
+            low = ln.lower()
+            if any(p in low for p in ("error loading model", "out of memory", "unable to allocate",
+                                      "failed to load", "illegal instruction")):
+                return ln.strip()
         for ln in reversed(lines):
             low = ln.lower()
             if "error" in low or "failed" in low or "out of memory" in low or "exception" in low:
@@ -148,6 +153,9 @@ class RunnerProcess:
     async def ensure_ready(self) -> None:
         """Start the child if it is not running and wait until it answers /health with 200."""
         if self.state in (RunnerState.STOPPED, RunnerState.FAILED) and self._proc is None:
+            # STARTING before the task runs, so this waiter (and any other) waits for the outcome.
+            log.debug("runner %s: %s -> %s", self.name, self.state, RunnerState.STARTING)
+            self.state = RunnerState.STARTING
             self._start_task = asyncio.create_task(self._start())
         async with self._changed:
             await self._changed.wait_for(lambda: self.state != RunnerState.STARTING)
@@ -160,7 +168,6 @@ class RunnerProcess:
         log.info("starting llama-server %s: %s", self.name, " ".join(argv))
         self.started_at = time.monotonic()
         self._last_progress = self.started_at
-        await self._set_state(RunnerState.STARTING)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv,

@@ -1,0 +1,275 @@
+"""Scheduler behaviour with the fake llama-server as the child (fast, deterministic, real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ollama_py.config import Settings
+from ollama_py.errors import RunnerError, RunnerLoadError, ServerBusy
+from ollama_py.runner.argv import LaunchSpec, build_argv
+from ollama_py.runner.process import RunnerProcess
+from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
+
+FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_llama_server.py"
+
+
+@dataclass(frozen=True)
+class FakeModel:
+    name: str
+    model_path: Path
+
+
+def make_scheduler(tmp_path: Path, fake_env: dict[str, str] | None = None, stop_grace: float | None = None,
+                   **settings_kw) -> Scheduler:
+    settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path)}, **settings_kw)
+    env = {**os.environ, **(fake_env or {})}
+
+    def plan(model: FakeModel, options: dict, embedding: bool) -> LoadPlan:
+        num_ctx = int(options.get("num_ctx") or 2048)
+        spec = LaunchSpec(model=model.model_path, num_ctx=num_ctx, parallel=settings.num_parallel,
+                          embedding=embedding)
+        return LoadPlan(key=f"{model.model_path}|{embedding}", spec=spec, load_options={"num_ctx": num_ctx},
+                        size=1000, context_length=num_ctx)
+
+    def factory(plan: LoadPlan, name: str, on_exit) -> RunnerProcess:
+        runner = RunnerProcess(lambda port: [sys.executable, str(FAKE), *build_argv(plan.spec, "x", port)[1:]],
+                               name=name, env=env, load_timeout=settings.load_timeout, on_exit=on_exit)
+        if stop_grace is not None:
+            original = runner.stop
+            runner.stop = lambda grace=stop_grace: original(grace)  # type: ignore[method-assign]
+        return runner
+
+    return Scheduler(settings, plan=plan, runner_factory=factory)
+
+
+def model(tmp_path: Path, name: str) -> FakeModel:
+    path = tmp_path / f"{name}.gguf"
+    path.write_bytes(b"GGUF")
+    return FakeModel(name, path)
+
+
+async def generate(loaded, n: int = 3) -> str:
+    text = ""
+    async for ev in loaded.client.stream("/completion", {"prompt": "hi", "n_predict": n, "stream": True}):
+        text += ev.get("content", "")
+    return text
+
+
+async def wait_for(predicate, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def test_load_then_reuse_same_runner(tmp_path):
+    sched = make_scheduler(tmp_path)
+    a = model(tmp_path, "a")
+    try:
+        async with sched.use(a, {}, None) as first:
+            assert await generate(first) == "The quick brown"
+            pid = first.runner.pid
+        async with sched.use(a, {}, None) as second:
+            assert second.runner.pid == pid
+        assert len(sched.loaded) == 1
+    finally:
+        await sched.shutdown()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_keep_alive_zero_unloads_when_idle(tmp_path):
+    sched = make_scheduler(tmp_path)
+    a = model(tmp_path, "a")
+    try:
+        async with sched.use(a, {}, 0.0) as loaded:
+            pid = loaded.runner.pid
+        await wait_for(lambda: not sched.loaded)
+        await wait_for(lambda: not psutil.pid_exists(pid))
+    finally:
+        await sched.shutdown()
+
+
+async def test_keep_alive_expiry_unloads_after_duration(tmp_path):
+    sched = make_scheduler(tmp_path)
+    a = model(tmp_path, "a")
+    try:
+        async with sched.use(a, {}, 0.3):
+            pass
+        assert len(sched.loaded) == 1  # still there right after the request
+        await wait_for(lambda: not sched.loaded, timeout=5)
+    finally:
+        await sched.shutdown()
+
+
+async def test_default_keep_alive_comes_from_settings(tmp_path):
+    sched = make_scheduler(tmp_path, keep_alive=0.2)
+    a = model(tmp_path, "a")
+    try:
+        await sched.load(a, {}, None)
+        await wait_for(lambda: not sched.loaded, timeout=5)
+    finally:
+        await sched.shutdown()
+
+
+async def test_eviction_takes_the_idle_model_with_shortest_keep_alive(tmp_path):
+    sched = make_scheduler(tmp_path, max_loaded_models=2)
+    a, b, c = model(tmp_path, "a"), model(tmp_path, "b"), model(tmp_path, "c")
+    try:
+        await sched.load(a, {}, 600.0)
+        await sched.load(b, {}, 60.0)
+        await sched.load(c, {}, 600.0)
+        names = sorted(entry.name for entry in sched.loaded.values())
+        assert names == ["a", "c"]
+    finally:
+        await sched.shutdown()
+
+
+async def test_busy_model_is_never_evicted_the_new_one_waits(tmp_path):
+    sched = make_scheduler(tmp_path, max_loaded_models=1)
+    a, b = model(tmp_path, "a"), model(tmp_path, "b")
+    try:
+        release = asyncio.Event()
+        order: list[str] = []
+
+        async def hold_a():
+            async with sched.use(a, {}, 600.0) as loaded:
+                order.append("a-start")
+                await release.wait()
+                assert loaded.runner.alive  # nobody evicted it while busy
+                order.append("a-end")
+
+        task = asyncio.create_task(hold_a())
+        await wait_for(lambda: order == ["a-start"])
+
+        async def use_b():
+            async with sched.use(b, {}, 600.0):
+                order.append("b")
+
+        b_task = asyncio.create_task(use_b())
+        await asyncio.sleep(0.5)
+        assert order == ["a-start"]  # b waits for a
+        release.set()
+        await asyncio.gather(task, b_task)
+        assert order == ["a-start", "a-end", "b"]
+        assert [e.name for e in sched.loaded.values()] == ["b"]
+    finally:
+        await sched.shutdown()
+
+
+async def test_queue_overflow_answers_server_busy_and_keeps_serving(tmp_path):
+    sched = make_scheduler(tmp_path, max_queue=2)
+    a = model(tmp_path, "a")
+    try:
+        release = asyncio.Event()
+        holding = asyncio.Event()
+
+        async def hold():
+            async with sched.use(a, {}, None):
+                holding.set()
+                await release.wait()
+
+        async def quick():
+            async with sched.use(a, {}, None) as loaded:
+                return await generate(loaded, 2)
+
+        holder = asyncio.create_task(hold())
+        await holding.wait()
+        waiters = [asyncio.create_task(quick()) for _ in range(2)]
+        await wait_for(lambda: sched.pending == 2)
+        with pytest.raises(ServerBusy) as exc:
+            async with sched.use(a, {}, None):
+                pass
+        assert exc.value.status == 503
+        assert "maximum pending requests exceeded" in str(exc.value)
+        release.set()
+        assert await asyncio.gather(*waiters) == ["The quick", "The quick"]
+        await holder
+        assert await quick() == "The quick"
+    finally:
+        await sched.shutdown()
+
+
+async def test_crash_mid_stream_errors_then_next_request_gets_fresh_runner(tmp_path):
+    sched = make_scheduler(tmp_path, fake_env={"FAKE_CRASH_AFTER_TOKENS": "2"})
+    a = model(tmp_path, "a")
+    try:
+        async with sched.use(a, {}, None) as loaded:
+            first_pid = loaded.runner.pid
+            with pytest.raises(RunnerError):
+                await generate(loaded, 5)
+        await wait_for(lambda: not sched.loaded)
+        async with sched.use(a, {}, None) as loaded:
+            assert loaded.runner.pid != first_pid
+            assert await generate(loaded, 1) == "The"
+    finally:
+        await sched.shutdown()
+
+
+async def test_load_failure_carries_the_stderr_message(tmp_path):
+    sched = make_scheduler(tmp_path, fake_env={"FAKE_LOAD_FAIL": "error loading model: bad magic"})
+    a = model(tmp_path, "a")
+    try:
+        with pytest.raises(RunnerLoadError, match="error loading model: bad magic"):
+            await sched.load(a, {}, None)
+        assert not sched.loaded
+        assert sched.pending == 0
+    finally:
+        await sched.shutdown()
+
+
+async def test_stop_during_start_releases_the_waiter(tmp_path):
+    sched = make_scheduler(tmp_path, fake_env={"FAKE_LOAD_SECONDS": "30"})
+    a = model(tmp_path, "a")
+    task = asyncio.create_task(sched.load(a, {}, None))
+    await wait_for(lambda: bool(sched.loaded) and next(iter(sched.loaded.values())).runner.pid is not None)
+    pid = next(iter(sched.loaded.values())).runner.pid
+    await sched.shutdown()
+    with pytest.raises(RunnerLoadError):
+        await asyncio.wait_for(task, 10)
+    await wait_for(lambda: not psutil.pid_exists(pid))
+
+
+async def test_num_ctx_change_reloads_sampling_change_does_not(tmp_path):
+    sched = make_scheduler(tmp_path)
+    a = model(tmp_path, "a")
+    try:
+        async with sched.use(a, {"num_ctx": 2048}, None) as loaded:
+            pid = loaded.runner.pid
+        async with sched.use(a, {"num_ctx": 2048, "temperature": 0.1}, None) as loaded:
+            assert loaded.runner.pid == pid
+        async with sched.use(a, {"num_ctx": 4096}, None) as loaded:
+            assert loaded.runner.pid != pid
+            assert loaded.plan.spec.num_ctx == 4096
+        assert len(sched.loaded) == 1
+    finally:
+        await sched.shutdown()
+
+
+async def test_runner_ignoring_sigterm_is_killed(tmp_path):
+    sched = make_scheduler(tmp_path, fake_env={"FAKE_IGNORE_SIGTERM": "1"}, stop_grace=0.5)
+    a = model(tmp_path, "a")
+    await sched.load(a, {}, None)
+    pid = next(iter(sched.loaded.values())).runner.pid
+    await sched.shutdown()
+    await wait_for(lambda: not psutil.pid_exists(pid))
+
+
+async def test_unload_of_busy_model_waits_until_idle(tmp_path):
+    sched = make_scheduler(tmp_path)
+    a = model(tmp_path, "a")
+    try:
+        async with sched.use(a, {}, None) as loaded:
+            assert await sched.unload(a) is True
+            assert await generate(loaded, 2) == "The quick"  # still serving its request
+        await wait_for(lambda: not sched.loaded)
+        assert await sched.unload(a) is False
+    finally:
+        await sched.shutdown()
