@@ -1,26 +1,116 @@
-"""The ollama-py command line (click). Only this package imports click and rich."""
+"""The ollama-py command line (click). Only this package imports click and rich.
+
+Commands mirror Ollama's (`serve`, `run`, `create`, `show`, `pull`, `push`, `list`/`ls`, `ps`, `cp`, `rm`,
+`stop`, `--version`). Any failure ends as one `Error: ...` line on stderr and exit status 1, never a traceback.
+"""
 
 from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
 
 import click
 
 from ollama_py import __version__
-from ollama_py.config import Settings
+from ollama_py.cli import commands
+from ollama_py.cli.envvars import SERVE_VARS, epilog
+from ollama_py.cli.run import run
+from ollama_py.client import Client
+from ollama_py.config import Settings, parse_host
+from ollama_py.errors import OllamaError
+
+log = logging.getLogger(__name__)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "-v", "--version", prog_name="ollama-py", message="ollama-py version is %(version)s")
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+class OllamaGroup(click.Group):
+    """Turns every error into Ollama's one-line `Error: ...` and exit status 1; lists commands in Ollama's order."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:
+            e.show()
+            sys.exit(0)
+        except click.ClickException as e:
+            _fail(e.format_message())
+        except click.exceptions.Abort:
+            click.echo("", err=True)
+            sys.exit(130)
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            sys.exit(130)
+        except OllamaError as e:
+            _fail(str(e) or type(e).__name__)
+        except OSError as e:
+            _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
+        except Exception as e:  # never a traceback for a user; the log has it with OLLAMA_DEBUG
+            log.debug("unexpected error", exc_info=True)
+            _fail(str(e) or type(e).__name__)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """Like `ollama -v`: the server's version, and the client's when they differ or no server answers."""
+    if not value or ctx.resilient_parsing:
+        return
+    server = ""
+    try:
+        server = Client(parse_host(os.environ.get("OLLAMA_HOST", ""))).version(timeout=3.0)
+    except OllamaError:
+        click.echo("Warning: could not connect to a running ollama-py instance")
+    if server:
+        click.echo(f"ollama-py version is {server}")
+    if server != __version__:
+        click.echo(f"Warning: client version is {__version__}")
+    ctx.exit(0)
+
+
+@click.group(cls=OllamaGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show version information")
 def cli() -> None:
     """Large language model runner: Ollama's API over llama.cpp, in Python."""
 
 
-@cli.command()
+@cli.command(short_help="Start ollama-py", epilog=epilog(*SERVE_VARS))
 def serve() -> None:
-    """Start the server (configured with OLLAMA_* environment variables)."""
+    """Start the server (configured with the OLLAMA_* environment variables below)."""
     from ollama_py.server.serve import run_server
 
     run_server(Settings.from_env())
 
+
+cli.add_command(commands.create)  # after serve, which the decorator registered first
+cli.add_command(commands.show)
+cli.add_command(run)
+cli.add_command(commands.stop)
+cli.add_command(commands.pull)
+cli.add_command(commands.push)
+cli.add_command(commands.list_, "list")
+cli.add_command(commands.ps)
+cli.add_command(commands.cp)
+cli.add_command(commands.rm)
+
+
+def _alias(command: click.Command, name: str) -> click.Command:
+    """The same command under another name, hidden from the command list (Ollama's cobra aliases)."""
+    return click.Command(name, callback=command.callback, params=command.params, help=command.help,
+                         epilog=command.epilog, short_help=command.short_help, hidden=True)
+
+
+cli.add_command(_alias(commands.list_, "ls"))
+cli.add_command(_alias(serve, "start"))
 
 def main() -> None:
     cli()

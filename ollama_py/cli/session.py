@@ -1,0 +1,130 @@
+"""What `run` does against the server: the session's options, loading a model, one chat turn, a one-shot answer,
+and pulling a model that is not there yet. Shared by the `run` command and the REPL.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ollama_py.cli.display import Reply, show_reply
+from ollama_py.cli.progress import ProgressView, Spinner, is_tty
+from ollama_py.cli.render import metrics_summary
+from ollama_py.client import Client
+from ollama_py.errors import NotFound
+
+
+@dataclass
+class RunOptions:
+    """The state of a `run` session. Mutable on purpose: the REPL's /set, /load and /clear change it."""
+
+    model: str
+    prompt: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    system: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    format: str = ""
+    keep_alive: str | None = None
+    think: bool | str | None = None
+    hide_thinking: bool = False
+    wordwrap: bool = True
+    verbose: bool = False
+    insecure: bool = False
+
+    def request_fields(self) -> dict[str, Any]:
+        return {
+            "format": self.format or None,
+            "options": dict(self.options) or None,
+            "keep_alive": self.keep_alive,
+            "think": self.think,
+        }
+
+
+def pull(client: Client, model: str, *, insecure: bool = False) -> None:
+    """Pull with Ollama's progress display on stderr."""
+    stream = client.pull(model, insecure=insecure)
+    with ProgressView(verb="pulling") as view:
+        try:
+            for resp in stream:
+                view.handle(resp)
+        finally:
+            stream.close()
+
+
+def show_or_pull(client: Client, model: str, *, insecure: bool = False) -> dict[str, Any]:
+    """The model's /api/show answer, pulling the model first when the server does not have it."""
+    try:
+        return client.show(model)
+    except NotFound:
+        pull(client, model, insecure=insecure)
+        return client.show(model)
+
+
+def load_model(client: Client, opts: RunOptions, spinner: bool = True) -> None:
+    """Load the model with an empty chat (done_reason "load"), a spinner on stderr meanwhile."""
+    with Spinner(enabled=None if spinner else False):
+        stream = client.chat(opts.model, [], keep_alive=opts.keep_alive, think=opts.think)
+        try:
+            for _ in stream:
+                pass
+        finally:
+            stream.close()
+
+
+def _chat_text(chunk: dict[str, Any]) -> tuple[str, str]:
+    message = chunk.get("message") or {}
+    return str(message.get("thinking") or ""), str(message.get("content") or "")
+
+
+def _generate_text(chunk: dict[str, Any]) -> tuple[str, str]:
+    return str(chunk.get("thinking") or ""), str(chunk.get("response") or "")
+
+
+def chat(client: Client, opts: RunOptions, out: TextIO | None = None) -> Reply:
+    """One interactive turn: send the session's messages, stream the answer, print --verbose timings."""
+    out = out or sys.stdout
+    spinner = Spinner(enabled=is_tty(out) and is_tty(sys.stderr)).start()
+    try:
+        stream = client.chat(opts.model, opts.messages, **opts.request_fields())
+    except BaseException:
+        spinner.stop()
+        raise
+    reply = show_reply(stream, _chat_text, out, wordwrap=opts.wordwrap, hide_thinking=opts.hide_thinking,
+                       plain=False, spinner=spinner, close=stream.close)
+    if reply.interrupted:
+        out.write("\n")
+        out.flush()
+        return reply
+    if opts.messages:
+        out.write("\n\n")
+        out.flush()
+    if opts.verbose:
+        sys.stderr.write(metrics_summary(reply.final))
+        sys.stderr.flush()
+    return reply
+
+
+def generate(client: Client, opts: RunOptions, out: TextIO | None = None) -> Reply:
+    """The one-shot answer to `run MODEL PROMPT` (or piped stdin)."""
+    out = out or sys.stdout
+    tty = is_tty(out)
+    spinner = Spinner(enabled=tty and is_tty(sys.stderr)).start()
+    try:
+        stream = client.generate(opts.model, opts.prompt, system=opts.system or None, **opts.request_fields())
+    except BaseException:
+        spinner.stop()
+        raise
+    reply = show_reply(stream, _generate_text, out, wordwrap=opts.wordwrap and tty,
+                       hide_thinking=opts.hide_thinking, plain=not tty, spinner=spinner, close=stream.close)
+    if reply.interrupted:
+        out.write("\n")
+        out.flush()
+        return reply
+    if opts.prompt:
+        out.write("\n\n")
+        out.flush()
+    if opts.verbose and reply.final:
+        sys.stderr.write(metrics_summary(reply.final))
+        sys.stderr.flush()
+    return reply
