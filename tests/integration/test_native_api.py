@@ -1,0 +1,168 @@
+"""/api/generate, /api/chat, /api/embed against the real llama-server and SmolLM2 (issue 6)."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+
+import ollama
+import pytest
+import requests
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def client(live_server):
+    return ollama.Client(host=live_server.url)
+
+
+def test_generate_streams_chunks_then_a_final_with_metrics(live_server):
+    r = live_server.api("POST", "/api/generate", json={
+        "model": live_server.model, "prompt": "Name a color.", "options": {"num_predict": 8, "temperature": 0}},
+        stream=True)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("application/x-ndjson")
+    chunks = [json.loads(line) for line in r.iter_lines() if line]
+    assert len(chunks) >= 2
+    assert all(c["done"] is False for c in chunks[:-1])
+    final = chunks[-1]
+    assert final["done"] is True and final["done_reason"] in ("stop", "length")
+    for key in ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count",
+                "eval_duration"):
+        assert isinstance(final[key], int)
+    assert final["eval_count"] <= 8 and final["prompt_eval_count"] > 0
+    assert "".join(c["response"] for c in chunks).strip()
+    assert isinstance(final["context"], list) and all(isinstance(t, int) for t in final["context"])
+
+
+def test_generate_non_stream_matches_streamed_text(client, live_server):
+    opts = {"num_predict": 12, "temperature": 0, "seed": 42}
+    one = client.generate(model=live_server.model, prompt="Count to five:", options=opts)
+    streamed = "".join(c.response for c in client.generate(model=live_server.model, prompt="Count to five:",
+                                                          options=opts, stream=True))
+    assert one.done and one.response == streamed
+
+
+def test_seed_and_zero_temperature_repeat_exactly(client, live_server):
+    opts = {"num_predict": 16, "temperature": 0, "seed": 7}
+    a = client.chat(model=live_server.model, messages=[{"role": "user", "content": "Tell me a fact."}], options=opts)
+    b = client.chat(model=live_server.model, messages=[{"role": "user", "content": "Tell me a fact."}], options=opts)
+    assert a.message.content == b.message.content and a.message.content
+
+
+def test_num_predict_ends_with_length(client, live_server):
+    r = client.generate(model=live_server.model, prompt="Write a long story about a dragon.",
+                        options={"num_predict": 5, "temperature": 0})
+    assert r.done_reason == "length" and r.eval_count == 5
+
+
+def test_stop_sequence_cuts_the_text(client, live_server):
+    free = client.generate(model=live_server.model, prompt="List the numbers from 1 to 10 separated by commas.",
+                           options={"num_predict": 40, "temperature": 0})
+    assert "3" in free.response
+    cut = client.generate(model=live_server.model, prompt="List the numbers from 1 to 10 separated by commas.",
+                          options={"num_predict": 40, "temperature": 0, "stop": ["3"]})
+    assert "3" not in cut.response
+    assert free.response.startswith(cut.response)
+    assert cut.done_reason == "stop"
+
+
+def test_format_json_schema_gives_valid_json(client, live_server):
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    r = client.chat(model=live_server.model, format=schema, options={"temperature": 0, "num_predict": 60},
+                    messages=[{"role": "user", "content": "Invent a person. Answer in JSON with name and age."}])
+    data = json.loads(r.message.content)
+    assert isinstance(data["name"], str) and isinstance(data["age"], int)
+
+
+def test_chat_streaming_and_model_system_prompt(client, live_server):
+    parts = list(client.chat(model=live_server.model, stream=True, options={"num_predict": 8},
+                             messages=[{"role": "user", "content": "Hello!"}]))
+    assert parts[-1].done and parts[-1].message.role == "assistant"
+    assert "".join(p.message.content for p in parts).strip()
+
+
+def test_context_continues_a_generation(client, live_server):
+    first = client.generate(model=live_server.model, prompt="My name is Ada. Remember it.",
+                            options={"num_predict": 8, "temperature": 0})
+    assert first.context
+    second = client.generate(model=live_server.model, prompt="What is my name?", context=first.context,
+                             options={"num_predict": 12, "temperature": 0})
+    assert second.prompt_eval_count > len(first.context)
+    assert second.context[: len(first.context)] == first.context
+
+
+def test_embeddings_are_unit_length(client, live_server):
+    r = client.embed(model=live_server.model, input=["The sky is blue.", "Grass is green."])
+    assert len(r.embeddings) == 2 and r.prompt_eval_count > 0
+    for vec in r.embeddings:
+        assert len(vec) == 576
+        assert math.isclose(math.sqrt(sum(x * x for x in vec)), 1.0, rel_tol=1e-4)
+    short = client.embed(model=live_server.model, input="The sky is blue.", dimensions=64)
+    assert len(short.embeddings[0]) == 64
+    assert math.isclose(math.sqrt(sum(x * x for x in short.embeddings[0])), 1.0, rel_tol=1e-4)
+
+
+def test_embed_refuses_overlong_input_without_truncate(live_server):
+    r = live_server.api("POST", "/api/embed", json={"model": live_server.model, "input": "word " * 9000,
+                                                     "truncate": False})
+    assert r.status_code == 400
+    assert r.json() == {"error": "the input length exceeds the context length"}
+
+
+def test_legacy_embeddings(live_server):
+    r = live_server.api("POST", "/api/embeddings", json={"model": live_server.model, "prompt": "hello"})
+    assert r.status_code == 200 and len(r.json()["embedding"]) == 576
+
+
+def test_unknown_model_is_404(live_server):
+    r = live_server.api("POST", "/api/chat", json={"model": "nope:1b", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 404 and r.json() == {"error": "model 'nope:1b' not found"}
+
+
+def test_client_hangup_frees_the_slot(live_server):
+    body = {"model": live_server.model, "prompt": "Write a very long essay about the ocean.",
+            "options": {"num_predict": 2000}}
+    r = requests.post(live_server.url + "/api/generate", json=body, stream=True, timeout=120)
+    lines = r.iter_lines()
+    next(lines), next(lines)  # a couple of tokens arrived: the slot is busy
+    r.close()  # hang up mid-stream
+    # With one slot, this can only finish promptly if the abandoned generation was stopped.
+    done = threading.Event()
+    result = {}
+
+    def follow_up():
+        result["r"] = live_server.api("POST", "/api/generate", json={
+            "model": live_server.model, "prompt": "Hi", "stream": False, "options": {"num_predict": 3}}, timeout=120)
+        done.set()
+
+    threading.Thread(target=follow_up, daemon=True).start()
+    assert done.wait(120), "the follow-up request never got the slot"
+    assert result["r"].status_code == 200 and result["r"].json()["eval_count"] <= 3
+
+
+def test_second_turn_reuses_the_cached_prefix(client, live_server):
+    history = [{"role": "user", "content": "Describe a cat in one sentence."}]
+    first = client.chat(model=live_server.model, messages=history, options={"num_predict": 20, "temperature": 0})
+    history += [{"role": "assistant", "content": first.message.content},
+                {"role": "user", "content": "And a dog?"}]
+    second = client.chat(model=live_server.model, messages=history, options={"num_predict": 5, "temperature": 0})
+    # The second prompt holds the whole first exchange; only what is new after the cached prefix is evaluated.
+    assert second.prompt_eval_count < first.prompt_eval_count
+    assert second.prompt_eval_count > 0
+
+
+def test_empty_prompt_loads_and_keep_alive_zero_unloads(client, live_server):
+    loaded = live_server.api("POST", "/api/generate", json={"model": live_server.model}).json()
+    assert loaded["done"] is True and loaded["done_reason"] == "load"
+    assert any(m["name"] == live_server.model for m in client.ps().models)
+    unloaded = live_server.api("POST", "/api/generate", json={"model": live_server.model, "keep_alive": 0}).json()
+    assert unloaded["done_reason"] == "unload"
+    for _ in range(100):
+        if not any(m.name == live_server.model for m in client.ps().models):
+            break
+        __import__("time").sleep(0.1)
+    assert not any(m.name == live_server.model for m in client.ps().models)
