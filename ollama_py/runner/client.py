@@ -51,10 +51,17 @@ class LlamaClient:
             raise BadRequest(message)
         raise RunnerError(f"llama-server {resp.status}: {message}")
 
+    async def _send(self, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        """POST; a pooled keep-alive connection the child already closed gets one retry on a fresh one."""
+        try:
+            return await self.session.post(self.base_url + path, json=body)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            return await self.session.post(self.base_url + path, json=body)
+
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """POST body with stream=true and yield each SSE `data:` event as a dict."""
         try:
-            async with self.session.post(self.base_url + path, json=body) as resp:
+            async with await self._send(path, body) as resp:
                 if resp.status != 200:
                     await self._raise_for(resp)
                 async for line in resp.content:
@@ -78,7 +85,7 @@ class LlamaClient:
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         try:
-            async with self.session.post(self.base_url + path, json=body) as resp:
+            async with await self._send(path, body) as resp:
                 if resp.status != 200:
                     await self._raise_for(resp)
                 return await resp.json(content_type=None)

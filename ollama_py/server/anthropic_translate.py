@@ -209,7 +209,7 @@ def stop_reason(final: Final) -> tuple[str, str | None]:
 
 
 def _usage(final: Final) -> dict[str, int]:
-    return {"input_tokens": final.prompt_eval_count, "output_tokens": final.eval_count}
+    return {"input_tokens": final.prompt_tokens, "output_tokens": final.eval_count}
 
 
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web.Application:
     """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server)."""
-    from ollama_py.server import routes_models, routes_native, routes_openai
+    from ollama_py.server import routes_models, routes_native, routes_openai, routes_transfer
     from ollama_py.server.metrics import Metrics, metrics_routes
     from ollama_py.store.models import ModelStore
 
@@ -31,6 +31,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     app.on_response_prepare.append(add_cors_headers)
     app.add_routes(routes_native.routes)
     app.add_routes(routes_models.routes)
+    app.add_routes(routes_transfer.routes)
     app.add_routes(routes_openai.routes)
     app.add_routes(metrics_routes)
 

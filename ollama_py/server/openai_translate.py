@@ -318,8 +318,8 @@ def parse_embedding(body: dict[str, Any]) -> EmbeddingParams:
 
 
 def usage(final: Final) -> dict[str, int]:
-    return {"prompt_tokens": final.prompt_eval_count, "completion_tokens": final.eval_count,
-            "total_tokens": final.prompt_eval_count + final.eval_count}
+    return {"prompt_tokens": final.prompt_tokens, "completion_tokens": final.eval_count,
+            "total_tokens": final.prompt_tokens + final.eval_count}
 
 
 def finish_reason(final: Final) -> str:

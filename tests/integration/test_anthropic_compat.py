@@ -31,13 +31,14 @@ def test_message(client: anthropic.Anthropic, live_server: Any) -> None:
 
 
 def test_usage_and_text_equal_native_chat(client: anthropic.Anthropic, live_server: Any) -> None:
-    msg = client.messages.create(model=live_server.model, max_tokens=16, extra_body={"temperature": 0, "top_p": 1.0},
-                                 system="You are terse.", messages=HI)
+    # Native first on a fresh prompt, so its prompt_eval_count is the whole prompt (no cached prefix).
     r = live_server.api("POST", "/api/chat", json={
         "model": live_server.model, "stream": False,
-        "messages": [{"role": "system", "content": "You are terse."}, *HI],
+        "messages": [{"role": "system", "content": "You are terse, for the usage test."}, *HI],
         "options": {"temperature": 0, "top_p": 1.0, "num_predict": 16}})
     native = r.json()
+    msg = client.messages.create(model=live_server.model, max_tokens=16, extra_body={"temperature": 0, "top_p": 1.0},
+                                 system="You are terse, for the usage test.", messages=HI)
     assert msg.usage.input_tokens == native["prompt_eval_count"]
     assert msg.usage.output_tokens == native["eval_count"]
     assert msg.content[0].text == native["message"]["content"]

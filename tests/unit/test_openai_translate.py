@@ -17,7 +17,7 @@ USER = [{"role": "user", "content": "hi"}]
 
 
 def final(**kw: Any) -> Final:
-    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_eval_duration=1, eval_count=5,
+    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_tokens=12, prompt_eval_duration=1, eval_count=5,
                                 eval_duration=1, total_duration=1, load_duration=0, text="hello")
     return Final(**{**base, **kw})
 

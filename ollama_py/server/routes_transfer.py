@@ -1,0 +1,84 @@
+"""Registry transfer routes: POST /api/pull and POST /api/push (Ollama's request fields and progress stream).
+
+Request: `model` (legacy `name`), `insecure`, `stream` (default true); `username`/`password` are accepted
+and ignored, as Ollama does (credentials come from the files described in store/registry_auth.py).
+The transfer itself is blocking code (store/registry.py) run in a thread; when the client goes away the
+transfer is cancelled, and a download's partial files stay for the next pull to resume.
+Non-streamed requests answer the last progress object, or 500 {"error"} like Ollama's waitForStream.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py.errors import OllamaError, RegistryError
+from ollama_py.server.keys import SETTINGS, STORE
+from ollama_py.server.requests import field, model_name, read_json
+from ollama_py.server.routes_models import iterate_in_thread
+from ollama_py.server.streaming import collect, ndjson
+from ollama_py.store.registry import RegistryOptions, pull_model, push_model
+
+log = logging.getLogger(__name__)
+routes = web.RouteTableDef()
+
+
+def registry_options(request: web.Request, insecure: bool) -> RegistryOptions:
+    settings = request.app[SETTINGS]
+    home = Path.home()
+    return RegistryOptions(
+        insecure=insecure,
+        credential_files=(settings.data_dir / "registries.json", home / ".docker" / "config.json"),
+        key_path=home / ".ollama" / "id_ed25519",
+    )
+
+
+async def _cancellable(make: Callable[[threading.Event], Iterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
+    """The transfer's progress; closing this (the client hung up) tells the transfer to stop."""
+    cancel = threading.Event()
+    try:
+        async for item in iterate_in_thread(lambda: make(cancel)):
+            yield item
+    finally:
+        cancel.set()
+
+
+async def _respond(request: web.Request, body: dict[str, Any],
+                   make: Callable[[threading.Event], Iterator[dict[str, Any]]]) -> web.StreamResponse:
+    events = _cancellable(make)
+    if field(body, "stream", bool, True):
+        return await ndjson(request, events)
+    try:
+        items = await collect(events)
+    except OllamaError as e:
+        raise RegistryError(str(e)) from None  # Ollama answers any failed non-streamed transfer with 500
+    return web.json_response(items[-1] if items else {"status": "success"})
+
+
+@routes.post("/api/pull")
+async def pull(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    name = model_name(body)
+    insecure = field(body, "insecure", bool, False)
+    store = request.app[STORE]
+    options = registry_options(request, insecure)
+    noprune = request.app[SETTINGS].noprune
+    log.info("pulling %s", name)
+    return await _respond(request, body, lambda cancel: pull_model(store, name, options=options, noprune=noprune,
+                                                                    cancel=cancel))
+
+
+@routes.post("/api/push")
+async def push(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    name = model_name(body)
+    insecure = field(body, "insecure", bool, False)
+    store = request.app[STORE]
+    options = registry_options(request, insecure)
+    log.info("pushing %s", name)
+    return await _respond(request, body, lambda cancel: push_model(store, name, options=options, cancel=cancel))

@@ -1,0 +1,293 @@
+"""Pull and push over the registry protocol (Docker Registry HTTP API v2 as Ollama uses it).
+
+    pull_model(store, name, *, options, noprune=False, cancel=None) -> Iterator[progress dict]
+    push_model(store, name, *, options, cancel=None) -> Iterator[progress dict]
+    RegistryClient(name, options)                  one registry + repository: manifests, blobs, auth
+
+Progress objects are Ollama's, in Ollama's order:
+
+    pull: pulling manifest · pulling <12 hex> {digest,total,completed} · verifying sha256 digest ·
+          writing manifest · removing unused layers (only when the old version's blobs became unused) · success
+    push: retrieving manifest · pushing <12 hex> {digest,total,completed} · pushing manifest · success
+
+Blobs are downloaded by store/download.py (parallel ranged parts, resumable, verified before they get their
+name) and uploaded by store/upload.py. The manifest is written last, with the registry's bytes verbatim,
+and only after every blob it names is in the store. Blocking code: the server runs it in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+
+from ollama_py import __version__
+from ollama_py.api.names import ModelName
+from ollama_py.errors import ModelNotFound, NotFound, OllamaError, RegistryError, Unauthorized
+from ollama_py.store.blobs import canonical_digest
+from ollama_py.store.manifests import MANIFEST_V2, InvalidManifest, Manifest
+from ollama_py.store.registry_auth import RegistryAuth
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = f"ollama/{__version__} ({platform.machine().lower()} {platform.system().lower()}) ollama-py/{__version__}"
+CONNECT_TIMEOUT = 30.0
+READ_TIMEOUT = 60.0
+_ERRNO_TEXT = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryOptions:
+    """How to reach registries: `insecure` allows plain http (and downgrades https names to http, as Ollama
+    does); credentials and the signing key are described in store/registry_auth.py."""
+
+    insecure: bool = False
+    credential_files: tuple[Path, ...] = ()
+    key_path: Path | None = None
+    proxies_from_env: bool = field(default=True)  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY, as requests reads them
+
+
+class TransportError(RegistryError):
+    """The registry could not be reached or the connection broke (worth retrying)."""
+
+
+class RegistryStatusError(RegistryError):
+    """The registry answered with an error status (`code`)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def describe(exc: BaseException) -> str:
+    """A short reason for a transport error: "connection refused", not urllib3's nested repr."""
+    if isinstance(exc, (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)) or (
+            "timed out" in str(exc).lower()):
+        return "timed out"
+    text = str(exc)
+    m = _ERRNO_TEXT.search(text)
+    if m:
+        return m.group(1).strip().lower()
+    return text
+
+
+class RegistryClient:
+    """One repository on one registry. Thread-safe: download parts share it (and its connection pool)."""
+
+    def __init__(self, name: ModelName, options: RegistryOptions = RegistryOptions()) -> None:
+        if name.scheme == "http" and not options.insecure:
+            raise RegistryError("insecure protocol http")
+        scheme = "http" if options.insecure or name.scheme == "http" else "https"
+        self.name = name
+        self.host = name.host
+        self.base = f"{scheme}://{name.host}"
+        self.repository = name.repository
+        self.session = requests.Session()
+        self.session.trust_env = options.proxies_from_env
+        self.session.headers["User-Agent"] = USER_AGENT
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.auth = RegistryAuth(name.host, self.session, credential_files=options.credential_files,
+                                 key_path=options.key_path)
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.session.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- URLs --------------------------------------------------------------------------------------------
+
+    def url(self, *parts: str) -> str:
+        return f"{self.base}/v2/{self.repository}/" + "/".join(quote(p, safe=":") for p in parts)
+
+    def manifest_url(self, tag: str) -> str:
+        return self.url("manifests", tag)
+
+    def blob_url(self, digest: str) -> str:
+        return self.url("blobs", canonical_digest(digest))
+
+    def is_registry(self, url: str) -> bool:
+        """Whether `url` is on the registry itself (which gets our credentials), not a CDN it sent us to."""
+        return urlsplit(url).netloc.lower() == urlsplit(self.base).netloc.lower()
+
+    # -- requests ----------------------------------------------------------------------------------------
+
+    def request(self, method: str, url: str, *, headers: dict[str, str] | None = None, data: Any = None,
+                stream: bool = False, allow_redirects: bool = True,
+                timeout: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
+                ok: Sequence[int] = ()) -> requests.Response:
+        """Send a request with the registry's authorization, answering up to two 401 challenges.
+
+        Errors, as Ollama reports them: 404 -> NotFound("file does not exist"); a 401 that survives the
+        challenge -> Unauthorized; other statuses >= 400 -> RegistryError("<code>: <registry message>");
+        transport failures -> RegistryError('<METHOD> "<url>": <reason>'). Statuses in `ok` are returned.
+        """
+        own = self.is_registry(url)
+        for _attempt in range(3):
+            send = dict(headers or {})
+            auth_header, generation = self.auth.header() if own else (None, 0)
+            if auth_header:
+                send["Authorization"] = auth_header
+            if hasattr(data, "seek"):
+                data.seek(0)
+            try:
+                resp = self.session.request(method, url, headers=send, data=data, stream=stream,
+                                            allow_redirects=allow_redirects, timeout=timeout)
+            except requests.RequestException as e:
+                raise TransportError(f'{method} "{url}": {describe(e)}') from e
+            if resp.status_code in ok:
+                return resp
+            if resp.status_code == 401 and own and _attempt < 2:
+                resp.close()
+                self.auth.answer(resp, generation)
+                continue
+            if resp.status_code < 400:
+                return resp
+            raise _status_error(resp)
+        raise Unauthorized()  # unreachable: the loop returns or raises
+
+    def get_manifest(self, tag: str) -> bytes:
+        resp = self.request("GET", self.manifest_url(tag), headers={"Accept": MANIFEST_V2})
+        with resp:
+            return resp.content
+
+    def put_manifest(self, tag: str, raw: bytes) -> None:
+        self.request("PUT", self.manifest_url(tag), headers={"Content-Type": MANIFEST_V2}, data=raw).close()
+
+    def blob_exists(self, digest: str) -> bool:
+        try:
+            self.request("HEAD", self.blob_url(digest)).close()
+        except NotFound:
+            return False
+        return True
+
+
+def _status_error(resp: requests.Response) -> OllamaError:
+    with resp:
+        if resp.status_code == 404:
+            return NotFound("file does not exist")
+        if resp.status_code == 401:
+            return Unauthorized()
+        try:
+            text = resp.text if resp.request.method != "HEAD" else ""
+        except requests.RequestException:
+            text = ""
+    return RegistryStatusError(f"{resp.status_code}: {_registry_message(text) or resp.reason}", resp.status_code)
+
+
+def _registry_message(text: str) -> str:
+    """The registry's own words: `{"errors":[{"code","message"}]}` as "CODE: message"; other bodies cut
+    short (an error must not become a way to read arbitrary pages through the server)."""
+    try:
+        body = json.loads(text)
+        errors = body.get("errors") if isinstance(body, dict) else None
+        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            return "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors
+                             if isinstance(e, dict))
+        if isinstance(body, dict) and isinstance(body.get("error"), str):
+            return body["error"]
+    except ValueError:
+        pass
+    text = " ".join(text.split())
+    return text[:200]
+
+
+# -- pull ---------------------------------------------------------------------------------------------------
+
+
+def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = RegistryOptions(),
+               noprune: bool = False, cancel: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+    """Download `name` into `store` (a ModelStore), yielding Ollama's progress objects.
+
+    An http:// name without `insecure` fails before anything is yielded ("insecure protocol http").
+    """
+    from ollama_py.store.download import download_blob
+
+    previous: Manifest | None = None
+    try:
+        previous = store.manifests.get(name)
+    except ModelNotFound:
+        pass
+    except InvalidManifest as e:
+        log.warning("pulling %s over an unreadable manifest: %s", name, e)
+
+    with RegistryClient(name, options) as client:
+        yield {"status": "pulling manifest"}
+        try:
+            manifest = Manifest.parse(client.get_manifest(name.tag))
+        except Unauthorized as e:
+            raise Unauthorized(f"pull model manifest: {e}") from None
+        except OllamaError as e:
+            raise RegistryError(f"pull model manifest: {e}") from None
+
+        seen: set[str] = set()
+        for layer in (*manifest.layers, manifest.config):
+            digest = canonical_digest(layer.digest)
+            if digest in seen:
+                continue
+            seen.add(digest)
+            yield from download_blob(client, store.blobs, layer, cancel=cancel)
+
+    # Every blob was hashed before it got its name (download.py), so this step only says so.
+    yield {"status": "verifying sha256 digest"}
+    yield {"status": "writing manifest"}
+    store.put_manifest(name, manifest)
+
+    if previous is not None and not noprune:
+        orphaned = previous.digests() - manifest.digests()
+        if orphaned:
+            try:
+                unused = orphaned - store.manifests.referenced_digests()
+            except InvalidManifest as e:
+                log.warning("not removing old layers of %s: %s", name, e)
+                unused = set()
+            if unused:
+                yield {"status": "removing unused layers"}
+                store.remove_unreferenced(unused)
+    yield {"status": "success"}
+
+
+# -- push ---------------------------------------------------------------------------------------------------
+
+
+def push_model(store: Any, name: ModelName, *, options: RegistryOptions = RegistryOptions(),
+               cancel: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+    """Upload `name` from `store` to its registry: blobs the registry lacks, then the manifest (verbatim,
+    so a pull gets the same bytes and the same digest)."""
+    from ollama_py.store.upload import upload_blob
+
+    yield {"status": "retrieving manifest"}
+    with RegistryClient(name, options) as client:
+        try:
+            manifest = store.manifests.get(name)
+        except ModelNotFound:
+            yield {"status": "couldn't retrieve manifest"}
+            raise
+        seen: set[str] = set()
+        for layer in (*manifest.layers, manifest.config):
+            digest = canonical_digest(layer.digest)
+            if digest in seen:
+                continue
+            seen.add(digest)
+            yield from upload_blob(client, store.blobs, layer, cancel=cancel)
+        yield {"status": "pushing manifest"}
+        client.put_manifest(name.tag, manifest.raw)
+    yield {"status": "success"}
