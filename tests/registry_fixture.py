@@ -177,7 +177,8 @@ class BlobProxy:
         self._server.daemon_threads = True
         self.host = f"127.0.0.1:{self._server.server_address[1]}"
         self.url = f"http://{self.host}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
 
     def __enter__(self) -> BlobProxy:
         self._thread.start()

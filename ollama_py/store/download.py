@@ -262,8 +262,12 @@ class BlobDownload:
         self.parts = parts
         self._completed = sum(p.completed for p in parts)
         self._fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._fd).st_size != self.total:
-            os.ftruncate(self._fd, self.total)  # sparse: blocks are allocated as bytes land
+        try:
+            if os.fstat(self._fd).st_size != self.total:
+                os.ftruncate(self._fd, self.total)  # sparse: blocks are allocated as bytes land
+        except OSError:
+            os.close(self._fd)
+            raise
         if self.parts:
             log.info("downloading %s in %d part(s) of %d bytes", self.digest[7:19], len(self.parts),
                      self.parts[0].size)

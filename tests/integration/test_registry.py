@@ -145,6 +145,33 @@ async def test_second_push_skips_blobs_the_registry_has(server: Any, registry: A
     assert per_layer and all(p["completed"] == p["total"] for p in per_layer)
 
 
+async def test_push_mounts_a_layer_from_the_repository_it_came_from(server: Any, registry: Any,
+                                                                     tmp_path: Path) -> None:
+    weights = os.urandom(50 * KB)
+    source = ModelStore(tmp_path / "source")
+    digest, size = source.blobs.write_bytes(weights)
+    config, config_size = source.blobs.write_bytes(b"{}")
+    origin = parse_name(registry.model("test/origin:1"))
+    source.put_manifest(origin, Manifest.build(Layer(CONFIG_V1, config, config_size), [Layer(MEDIA_MODEL, digest, size)]))
+    for _ in push_model(source, origin, options=RegistryOptions(insecure=True)):
+        pass
+
+    with BlobProxy(registry.url) as proxy:
+        derived = parse_name(proxy.model("test/derived:1"))
+        store = ModelStore(server.settings.models)
+        store.blobs.write_bytes(weights)
+        store.blobs.write_bytes(b"{}")
+        layer = Layer(MEDIA_MODEL, digest, size, from_=proxy.model("test/origin:1"))
+        store.put_manifest(derived, Manifest.build(Layer(CONFIG_V1, config, config_size), [layer]))
+        lines = await call(server, "/api/push", model=str(derived), insecure=True)
+        uploads = [(s.method, s.path) for s in proxy.seen if "/blobs/uploads" in s.path]
+    assert statuses(lines)[-1] == "success", lines
+    assert ("POST", "/v2/test/derived/blobs/uploads/") in uploads
+    assert not any(method == "PATCH" for method, _ in uploads)  # the registry mounted it: no bytes sent
+    with BlobProxy(registry.url) as proxy:
+        assert requests.head(f"{proxy.url}/v2/test/derived/blobs/{digest}", timeout=10).status_code == 200
+
+
 async def test_pull_unknown_model(server: Any, registry: Any) -> None:
     lines = await call(server, "/api/pull", model=registry.model("test/nothing:here"), insecure=True)
     assert lines[0] == {"status": "pulling manifest"}
