@@ -1,0 +1,52 @@
+"""Go text/template, as Ollama uses it for prompt templates: parse once, execute many times.
+
+    tmpl = parse_template('{{ range .Messages }}<|{{ .Role }}|>{{ .Content }}{{ end }}')
+    tmpl.execute({"Messages": [{"Role": "user", "Content": "hi"}]})   # '<|user|>hi'
+
+The pieces: lexer.py (tokens, trim markers), parser.py (tree, grammar in its docstring),
+exec.py (evaluation), funcs.py (builtins and Ollama's functions), gofmt.py / gojson.py (how Go
+prints and JSON-encodes values), values.py (how Python data stands for Go values) and
+ollama_data.py (the typed messages and tools Ollama passes in).
+
+Anything we do not support (named templates: define/template/block; the `call` builtin; complex
+numbers) raises TemplateError naming the construct and where it is — a template is never half
+rendered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ollama_py.errors import TemplateError
+from ollama_py.template import exec as _exec
+from ollama_py.template import nodes
+from ollama_py.template.funcs import FUNC_NAMES
+from ollama_py.template.ollama_data import template_data
+from ollama_py.template.parser import parse
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A parsed template: its source and its tree."""
+
+    text: str
+    root: nodes.ListNode
+
+    def execute(self, data: Any) -> str:
+        """Render with `data` as dot. A dict is Ollama's map[string]any; its `Messages` and `Tools`
+        entries are converted to the Go types Ollama passes (see ollama_data.py)."""
+        return _exec.execute(self.text, self.root, template_data(data))
+
+
+@lru_cache(maxsize=256)
+def parse_template(text: str) -> Template:
+    """Parse Go template source; raises TemplateError (Go's message, with its line) if it is
+    malformed or uses something we do not support."""
+    if not isinstance(text, str):
+        raise TemplateError("template must be a string")
+    try:
+        return Template(text, parse(text, FUNC_NAMES))
+    except RecursionError:
+        raise TemplateError("template: : nesting too deep") from None

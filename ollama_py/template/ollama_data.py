@@ -1,0 +1,352 @@
+"""The Go values Ollama hands its templates, built from Python data.
+
+Ollama (template/template.go, v0.14+) converts messages and tools before executing a template:
+
+    .Messages  []*templateMessage{Role, Content, Thinking, Images, ToolCalls, ToolName, ToolCallID}
+    .ToolCalls []templateToolCall{ID, Function{Index, Name, Arguments templateArgs}}
+    .Tools     templateTools []templateTool{Type, Items, Function{Name, Description,
+                   Parameters{Type, Defs, Items, Required, Properties templateProperties}}}
+
+`templateArgs`, `templateProperties`, `templateTools` and `templateTool` print as JSON through
+their String() methods (maps with sorted keys). Upstream Ollama gives `templateToolFunction` and
+`templateToolFunctionParameters` no String(), so `{{ .Function }}` (qwen2.5, qwen3, deepseek
+templates) prints Go struct syntax there — a known bug (ollama/ollama#14601, fix in #18391).
+We render those two as JSON too, as Ollama did before v0.14 and as the fix does.
+
+Messages may be given in Ollama's wire shape ({"role", "content", "tool_calls": [{"function":
+{"name", "arguments"}}], ...}) or with Go field names ({"Role", "Content", "ToolCalls": [...]});
+tools in the wire shape only (that is the only shape a request carries).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ollama_py.errors import TemplateError
+from ollama_py.template.gojson import marshal, marshal_ordered
+from ollama_py.template.values import GoNamed, GoStruct, JsonField
+
+_WIRE_MESSAGE_KEYS = {
+    "role": "Role",
+    "content": "Content",
+    "thinking": "Thinking",
+    "images": "Images",
+    "tool_calls": "ToolCalls",
+    "tool_name": "ToolName",
+    "tool_call_id": "ToolCallID",
+}
+MESSAGE_FIELDS = tuple(_WIRE_MESSAGE_KEYS.values())
+
+
+def decoded_json(value: Any) -> Any:
+    """A JSON value as Go's encoding/json decodes it into `any`: every number is a float64
+    (so `printf "%d"` of an argument prints %!d(float64=2), and `eq` with an int literal fails)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: decoded_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [decoded_json(v) for v in value]
+    return value
+
+
+def _json_string(value: GoStruct | GoNamed) -> str:
+    return marshal(value)
+
+
+def _nil_slice(type_name: str) -> GoNamed:
+    return GoNamed(None, type_name, "slice")
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str, default: Any) -> Any:
+    if value is None:
+        return default
+    if isinstance(value, bool) and kind is int:
+        raise TemplateError(f"{where} must be a number")
+    if not isinstance(value, kind):
+        names = {str: "a string", int: "a number", Mapping: "an object", list: "an array"}
+        want = names.get(kind, "of another type") if isinstance(kind, type) else "of another type"
+        raise TemplateError(f"{where} must be {want}")
+    return value
+
+
+# -- messages ---------------------------------------------------------------------------------
+def _arguments(value: Any, where: str) -> GoNamed:
+    if isinstance(value, GoNamed):
+        return value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise TemplateError(f"{where} is not a JSON object") from None
+    if value is not None and not isinstance(value, dict):
+        raise TemplateError(f"{where} must be an object")
+    if value is not None:
+        value = decoded_json(value)
+
+    def to_string(args: GoNamed) -> str:
+        return "{}" if args.value is None else marshal(args.value)
+
+    return GoNamed(value, "template.templateArgs", "map", string=to_string)
+
+
+def _tool_call(call: Any, index: int, wire: bool) -> GoStruct:
+    where = f"tool_calls[{index}]"
+    if isinstance(call, GoStruct):
+        return call
+    if not isinstance(call, Mapping):
+        raise TemplateError(f"{where} must be an object")
+    id_key, fn_key = ("id", "function") if wire else ("ID", "Function")
+    fn = call.get(fn_key) or {}
+    if not isinstance(fn, Mapping):
+        raise TemplateError(f"{where}.function must be an object")
+    idx_key, name_key, args_key = ("index", "name", "arguments") if wire else ("Index", "Name", "Arguments")
+    function = GoStruct(
+        "template.templateToolCallFunction",
+        {
+            "Index": _expect(fn.get(idx_key), int, f"{where}.function.index", 0),
+            "Name": _expect(fn.get(name_key), str, f"{where}.function.name", ""),
+            "Arguments": _arguments(fn.get(args_key), f"{where}.function.arguments"),
+        },
+    )
+    return GoStruct(
+        "template.templateToolCall",
+        {"ID": _expect(call.get(id_key), str, f"{where}.id", ""), "Function": function},
+    )
+
+
+def _image(value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return value.encode()
+    raise TemplateError("images must be base64 strings")
+
+
+def template_message(msg: Mapping[str, Any] | GoStruct) -> GoStruct:
+    """A message as Ollama's *templateMessage."""
+    if isinstance(msg, GoStruct):
+        return msg
+    if not isinstance(msg, Mapping):
+        raise TemplateError("a message must be an object")
+    wire = any(k in _WIRE_MESSAGE_KEYS for k in msg)
+    if wire:
+        fields = {go: msg.get(key) for key, go in _WIRE_MESSAGE_KEYS.items()}
+    else:
+        unknown = sorted(set(msg) - set(MESSAGE_FIELDS))
+        if unknown:
+            raise TemplateError(f"unknown message field {unknown[0]!r}; known fields: {', '.join(MESSAGE_FIELDS)}")
+        fields = {go: msg.get(go) for go in MESSAGE_FIELDS}
+    calls = fields["ToolCalls"]
+    if calls is not None and not isinstance(calls, (list, tuple)):
+        raise TemplateError("tool_calls must be an array")
+    images = fields["Images"]
+    if images is not None and not isinstance(images, (list, tuple)):
+        raise TemplateError("images must be an array")
+    return GoStruct(
+        "template.templateMessage",
+        {
+            "Role": _expect(fields["Role"], str, "role", ""),
+            "Content": _expect(fields["Content"], str, "content", ""),
+            "Thinking": _expect(fields["Thinking"], str, "thinking", ""),
+            "Images": GoNamed([_image(i) for i in images], "[]api.ImageData", "slice")
+            if images
+            else _nil_slice("[]api.ImageData"),
+            "ToolCalls": GoNamed([_tool_call(c, i, wire) for i, c in enumerate(calls)], "[]template.templateToolCall", "slice")
+            if calls
+            else _nil_slice("[]template.templateToolCall"),
+            "ToolName": _expect(fields["ToolName"], str, "tool_name", ""),
+            "ToolCallID": _expect(fields["ToolCallID"], str, "tool_call_id", ""),
+        },
+        pointer=True,
+    )
+
+
+# -- tools ------------------------------------------------------------------------------------
+def _property_type(value: Any, where: str) -> GoNamed:
+    if isinstance(value, str):
+        types: list[str] | None = [value]
+    elif value is None:
+        types = None
+    elif isinstance(value, list) and all(isinstance(t, str) for t in value):
+        types = list(value)
+    else:
+        raise TemplateError(f"{where}.type must be a string or an array of strings")
+
+    def to_string(pt: GoNamed) -> str:
+        items = pt.contents()
+        if not items:
+            return ""
+        return items[0] if len(items) == 1 else "[" + " ".join(items) + "]"
+
+    def to_json(pt: GoNamed) -> str:
+        items = pt.contents()
+        return marshal(items[0]) if len(items) == 1 else marshal(pt.value)
+
+    return GoNamed(types, "api.PropertyType", "slice", string=to_string, marshal_json=to_json)
+
+
+_PROPERTY_JSON = (
+    JsonField("AnyOf", "anyOf", True),
+    JsonField("Type", "type", True),
+    JsonField("Items", "items", True),
+    JsonField("Description", "description", True),
+    JsonField("Enum", "enum", True),
+    JsonField("Properties", "properties", True),
+    JsonField("Required", "required", True),
+)
+
+
+def _strings(value: Any, where: str) -> GoNamed | list[str]:
+    if value is None:
+        return _nil_slice("[]string")
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TemplateError(f"{where} must be an array of strings")
+    return list(value)
+
+
+def _nested_properties(value: Any, where: str) -> GoStruct | None:
+    """*api.ToolPropertiesMap: an insertion-ordered map whose contents Go templates cannot reach."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TemplateError(f"{where} must be an object")
+    ordered = {k: tool_property(v, f"{where}.{k}") for k, v in value.items()}
+
+    def opaque(_: GoStruct) -> str:
+        raise TemplateError("cannot print *api.ToolPropertiesMap: Go prints a memory address")
+
+    return GoStruct(
+        "api.ToolPropertiesMap",
+        {},
+        pointer=True,
+        string=opaque,
+        marshal_json=lambda _s: marshal_ordered(ordered),
+        extra={"properties": ordered},
+    )
+
+
+def tool_property(value: Any, where: str = "property") -> GoStruct:
+    """api.ToolProperty from a JSON-schema property object."""
+    if not isinstance(value, Mapping):
+        raise TemplateError(f"{where} must be an object")
+    any_of = value.get("anyOf")
+    if any_of is not None and not isinstance(any_of, list):
+        raise TemplateError(f"{where}.anyOf must be an array")
+    enum = value.get("enum")
+    if enum is not None and not isinstance(enum, list):
+        raise TemplateError(f"{where}.enum must be an array")
+    return GoStruct(
+        "api.ToolProperty",
+        {
+            "AnyOf": [tool_property(p, f"{where}.anyOf[{i}]") for i, p in enumerate(any_of)]
+            if any_of
+            else _nil_slice("[]api.ToolProperty"),
+            "Type": _property_type(value.get("type"), where),
+            "Items": decoded_json(value.get("items")),
+            "Description": _expect(value.get("description"), str, f"{where}.description", ""),
+            "Enum": decoded_json(enum) if enum else _nil_slice("[]interface {}"),
+            "Properties": _nested_properties(value.get("properties"), f"{where}.properties"),
+            "Required": _strings(value.get("required"), f"{where}.required"),
+        },
+        json_fields=_PROPERTY_JSON,
+    )
+
+
+def _properties(value: Any, where: str) -> GoNamed:
+    if value is not None and not isinstance(value, Mapping):
+        raise TemplateError(f"{where} must be an object")
+    props = None if value is None else {k: tool_property(v, f"{where}.{k}") for k, v in value.items()}
+
+    def to_string(p: GoNamed) -> str:
+        return "{}" if p.value is None else marshal(p.value)
+
+    return GoNamed(props, "template.templateProperties", "map", string=to_string, elem_zero=lambda: tool_property({}))
+
+
+def template_tool(tool: Any, index: int = 0) -> GoStruct:
+    """A tool definition (wire shape) as Ollama's templateTool."""
+    where = f"tools[{index}]"
+    if isinstance(tool, GoStruct):
+        return tool
+    if not isinstance(tool, Mapping):
+        raise TemplateError(f"{where} must be an object")
+    if "Function" in tool or "Type" in tool:
+        raise TemplateError(f"{where} must use the API's field names (type, function), not Go's")
+    fn = _expect(tool.get("function"), Mapping, f"{where}.function", {})
+    params = _expect(fn.get("parameters"), Mapping, f"{where}.function.parameters", {})
+    parameters = GoStruct(
+        "template.templateToolFunctionParameters",
+        {
+            "Type": _expect(params.get("type"), str, f"{where}.function.parameters.type", ""),
+            "Defs": decoded_json(params.get("$defs")),
+            "Items": decoded_json(params.get("items")),
+            "Required": _strings(params.get("required"), f"{where}.function.parameters.required"),
+            "Properties": _properties(params.get("properties"), f"{where}.function.parameters.properties"),
+        },
+        string=_json_string,
+        json_fields=(
+            JsonField("Type", "type"),
+            JsonField("Defs", "$defs", True),
+            JsonField("Items", "items", True),
+            JsonField("Required", "required", True),
+            JsonField("Properties", "properties"),
+        ),
+    )
+    function = GoStruct(
+        "template.templateToolFunction",
+        {
+            "Name": _expect(fn.get("name"), str, f"{where}.function.name", ""),
+            "Description": _expect(fn.get("description"), str, f"{where}.function.description", ""),
+            "Parameters": parameters,
+        },
+        string=_json_string,
+        json_fields=(
+            JsonField("Name", "name"),
+            JsonField("Description", "description"),
+            JsonField("Parameters", "parameters"),
+        ),
+    )
+    return GoStruct(
+        "template.templateTool",
+        {
+            "Type": _expect(tool.get("type"), str, f"{where}.type", ""),
+            "Items": decoded_json(tool.get("items")),
+            "Function": function,
+        },
+        string=_json_string,
+        json_fields=(JsonField("Type", "type"), JsonField("Items", "items", True), JsonField("Function", "function")),
+    )
+
+
+def template_tools(tools: Any) -> GoNamed:
+    """The `.Tools` value: templateTools, which prints as JSON ("null" when there are none)."""
+    if isinstance(tools, GoNamed):
+        return tools
+    if tools is not None and not isinstance(tools, (list, tuple)):
+        raise TemplateError("tools must be an array")
+    value = None if tools is None else [template_tool(t, i) for i, t in enumerate(tools)]
+    return GoNamed(value, "template.templateTools", "slice", string=_json_string)
+
+
+def template_data(data: Any) -> Any:
+    """Ollama's view of execute() data: `Messages` and `Tools` become the Go types above; every
+    other key is a plain map entry."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    messages = out.get("Messages")
+    if isinstance(messages, (list, tuple)):
+        out["Messages"] = [template_message(m) for m in messages]
+    if "Tools" in out and not isinstance(out["Tools"], GoNamed):
+        out["Tools"] = template_tools(out["Tools"])
+    return out
