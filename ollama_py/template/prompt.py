@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -135,8 +136,16 @@ def template_vars(template_text: str) -> list[str]:
 
 def template_uses(template_text: str, name: str) -> bool:
     """Whether the template mentions `name` (".Tools", "Tools" and "tools" alike), as Ollama's
-    capability checks do: `tools` gives the tools capability, `suffix` the insert capability."""
-    return name.lstrip(".").lower() in parse_prompt_template(template_text).vars
+    capability checks do: `tools` gives the tools capability, `suffix` the insert capability.
+
+    A template we cannot parse falls back to a text search, so that listing or showing such a
+    model still works; rendering it is what reports the TemplateError."""
+    field = name.lstrip(".").lower()
+    try:
+        return field in parse_prompt_template(template_text).vars
+    except TemplateError as exc:
+        log.debug("capability check on a template we cannot parse (%s): searching its text", exc)
+        return re.search(r"\.\s*" + re.escape(field) + r"\b", template_text, re.IGNORECASE) is not None
 
 
 def collate(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:

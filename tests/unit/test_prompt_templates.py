@@ -528,3 +528,9 @@ def test_template_uses(name: str, field: str, uses: bool) -> None:
 
 def test_template_uses_suffix_for_insert_capability() -> None:
     assert template_uses(SUFFIX_TEMPLATE, "Suffix")
+
+
+def test_template_uses_falls_back_to_text_for_unsupported_templates() -> None:
+    text = '{{ define "t" }}{{ end }}{{ range .Tools }}{{ . }}{{ end }}'
+    assert template_uses(text, "Tools")
+    assert not template_uses(text, "Suffix")
