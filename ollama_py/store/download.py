@@ -284,12 +284,15 @@ class BlobDownload:
                     failures.append(e)
                 self._stop.set()  # the others stop too: one failed part fails the blob
 
-        threads = [threading.Thread(target=work, args=(p,), name=f"pull-{self.digest[7:19]}-{p.n}", daemon=True)
-                   for p in pending]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        if len(pending) == 1:
+            work(pending[0])  # one part (most blobs under 100 MB): no thread to start and join
+        else:
+            threads = [threading.Thread(target=work, args=(p,), name=f"pull-{self.digest[7:19]}-{p.n}", daemon=True)
+                       for p in pending]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         if self._cancelled:
             raise _Stopped()
         real = [e for e in failures if not isinstance(e, _Stopped)]
