@@ -194,7 +194,7 @@ class RunnerProcess:
             self._last_progress = time.monotonic()
             if not listening:
                 self.log_lines.append(line)
-                listening = "server is listening" in line
+                listening = "listening on http" in line
             log.debug("[%s] %s", self.name, line)
 
     async def _wait_exit(self) -> None:
@@ -245,7 +245,7 @@ class RunnerProcess:
         """Stop the child and reap it:
 
         1. mark the runner stopping (waiters of ensure_ready wake and fail);
-        2. SIGTERM the child's process group;
+        2. SIGTERM the child's process group, then SIGCONT it (a stopped child could not act on SIGTERM);
         3. wait up to `grace` seconds for it to exit;
         4. SIGKILL the process group;
         5. reap: wait for the exit and the stderr reader.
@@ -260,6 +260,7 @@ class RunnerProcess:
                 self._failure = "llama runner was stopped while loading"
             await self._set_state(RunnerState.STOPPING)
         self._signal_group(proc.pid, signal.SIGTERM)
+        self._signal_group(proc.pid, signal.SIGCONT)
         try:
             await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
         except asyncio.TimeoutError:

@@ -49,7 +49,9 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     num_gpu = int(options.get("num_gpu", -1) if options.get("num_gpu") is not None else -1)
     kv_type = settings.kv_cache_type or "f16"
     est = memory.estimate(shape, num_ctx=num_ctx, num_parallel=parallel, num_batch=num_batch or 512,
-                          kv_type=kv_type, flash_attn=settings.flash_attention == "on")
+                          kv_type=kv_type,
+                          # unset means llama-server's "auto", which turns flash attention on where supported
+                          flash_attn=settings.flash_attention != "off")
     placement = memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
                              spread=settings.sched_spread, overhead=settings.gpu_overhead,
                              system_free=system_free)
