@@ -11,6 +11,7 @@ from aiohttp import web
 from ollama_py.config import Settings
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server import keys
+from ollama_py.server.access_log import access_log_middleware
 from ollama_py.server.errors import error_middleware
 from ollama_py.server.security import add_cors_headers, security_middleware
 
@@ -23,7 +24,8 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     from ollama_py.server.metrics import Metrics, metrics_routes
     from ollama_py.store.models import ModelStore
 
-    app = web.Application(middlewares=[error_middleware, security_middleware(settings)],
+    # The access log is outermost: it sees the status the error middleware picked, and whole streams.
+    app = web.Application(middlewares=[access_log_middleware, error_middleware, security_middleware(settings)],
                           client_max_size=settings.max_body_bytes)
     app[keys.SETTINGS] = settings
     app[keys.STORE] = ModelStore(settings.models)

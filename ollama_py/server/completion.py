@@ -19,6 +19,7 @@ from typing import Any
 from ollama_py.errors import BadRequest, RunnerError
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
+from ollama_py.server.access_log import current_stats
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ def _oai_message(m: dict[str, Any]) -> dict[str, Any]:
 async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncIterator[Delta | Final]:
     """Load (or reuse) the model's runner, stream its completion, end with Final."""
     t_wait = time.perf_counter()
+    stats = current_stats()  # the request's record for the access log and /metrics
+    stats.note_model(req.model)
     async with scheduler.use(req.model, req.options, req.keep_alive) as loaded:
         load_ns = 0
         if loaded.requests_served == 0 and loaded.runner.load_duration:
@@ -151,6 +154,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         final_event: dict[str, Any] = {}
         try:
             async for event in loaded.client.stream("/completion", body):
+                stats.first_output()
                 if event.get("stop"):
                     final_event = event
                     if event.get("content"):
@@ -173,7 +177,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             context = [*(req.context or []), *prompt_tokens, *tokens]
         text = "".join(text_parts)
         tool_calls = parse_tool_calls(text) if req.tools else None
-        yield Final(
+        final = Final(
             done_reason="stop" if tool_calls else _STOP_REASONS.get(final_event.get("stop_type", "eos"), "stop"),
             # tokens_evaluated is the whole prompt; timings.prompt_n leaves out the cached prefix, and Ollama
             # reports the whole prompt (so a repeated request reports the same usage).
@@ -189,6 +193,8 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             cache_n=int(timings.get("cache_n", 0) or 0),
             stop_word=(final_event.get("stopping_word") or None) if final_event.get("stop_type") == "word" else None,
         )
+        stats.finished(final)
+        yield final
 
 
 async def _runner_death(loaded: Loaded, cause: Exception) -> RunnerError:

@@ -15,6 +15,7 @@ from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.keys import SCHEDULER
+from ollama_py.server.metrics import queue_counts
 from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
 from ollama_py.server.requests import field, model_name, read_json
 from ollama_py.server.streaming import collect, ndjson, now_rfc3339
@@ -275,6 +276,7 @@ async def ps(request: web.Request) -> web.Response:
     models = []
     for loaded in scheduler.loaded.values():
         m = loaded.model
+        queued, active = queue_counts(loaded)
         models.append({
             "name": loaded.name, "model": loaded.name, "size": loaded.plan.size,
             "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
@@ -282,7 +284,7 @@ async def ps(request: web.Request) -> web.Response:
                                   if math.isinf(loaded.session_duration) else time.time()
                                   + loaded.session_duration),
             "size_vram": loaded.plan.size_vram, "context_length": loaded.plan.context_length,
-            "state": loaded.state, "queued": loaded.waiting, "active": loaded.refcount - loaded.waiting,
+            "state": loaded.state, "queued": queued, "active": active,
         })
     models.sort(key=lambda x: x["expires_at"], reverse=True)
     return web.json_response({"models": models})
