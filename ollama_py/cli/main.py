@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from typing import Any
 
 import click
 
 from ollama_py import __version__
+from ollama_py.cli.rpc_worker import rpc_worker
 from ollama_py.cli import commands
 from ollama_py.cli.envvars import SERVE_VARS, epilog
 from ollama_py.cli.run import run
@@ -40,7 +42,7 @@ class OllamaGroup(click.Group):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as e:
-            e.show()
+            click.echo(e.ctx.get_help())
             sys.exit(0)
         except click.ClickException as e:
             _fail(e.format_message())
@@ -54,8 +56,9 @@ class OllamaGroup(click.Group):
             _fail(str(e) or type(e).__name__)
         except OSError as e:
             _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
-        except Exception as e:  # never a traceback for a user; the log has it with OLLAMA_DEBUG
-            log.debug("unexpected error", exc_info=True)
+        except Exception as e:  # never a traceback for a user, unless they ask with OLLAMA_DEBUG
+            if Settings.from_env().debug:
+                traceback.print_exc()
             _fail(str(e) or type(e).__name__)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -101,6 +104,7 @@ cli.add_command(commands.list_, "list")
 cli.add_command(commands.ps)
 cli.add_command(commands.cp)
 cli.add_command(commands.rm)
+cli.add_command(rpc_worker)
 
 
 def _alias(command: click.Command, name: str) -> click.Command:

@@ -130,7 +130,7 @@ class RunnerProcess:
         for ln in lines:  # the cause comes before llama-server's generic "exiting due to ..." line
             low = ln.lower()
             if any(p in low for p in ("error loading model", "out of memory", "unable to allocate",
-                                      "failed to load", "illegal instruction")):
+                                      "failed to load", "illegal instruction", "remote rpc server")):
                 return ln.strip()
         for ln in reversed(lines):
             low = ln.lower()

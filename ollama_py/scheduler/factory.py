@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from ollama_py.config import Settings
 from ollama_py.errors import RunnerLoadError
 from ollama_py.estimate import gpus as gpu_probe
 from ollama_py.estimate import memory
-from ollama_py.runner import variants
+from ollama_py.runner import rpc, variants
 from ollama_py.runner.argv import LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
@@ -55,12 +56,17 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     placement = memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
                              spread=settings.sched_spread, overhead=settings.gpu_overhead,
                              system_free=system_free)
+    n_gpu_layers = placement.n_gpu_layers
+    if settings.rpc_servers and num_gpu < 0:
+        # RPC workers are devices to llama.cpp: offload every layer and let it split them across the workers
+        # (and any local GPU) in proportion to their free memory.
+        n_gpu_layers = shape.block_count + 1
     spec = LaunchSpec(
         model=model.model_path,
         num_ctx=num_ctx,
         parallel=parallel,
         num_batch=num_batch,
-        n_gpu_layers=placement.n_gpu_layers,
+        n_gpu_layers=n_gpu_layers,
         num_thread=options.get("num_thread") or None,
         flash_attention=settings.flash_attention,
         kv_cache_type=settings.kv_cache_type,
@@ -111,15 +117,24 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
                    command_prefix: tuple[str, ...] = ()) -> Callable[..., RunnerProcess]:
     """Runner factory for the Scheduler: picks the variant order once per runner (bad marks are re-read)."""
     host = variants.probe_host()
+    # ggml prints a gdb backtrace when it aborts: slow, and noise in the error a user sees.
+    env = {**(env if env is not None else __import__("os").environ), "GGML_NO_BACKTRACE": "1"}
     bad = variants.BadVariants(settings.data_dir / "bad-variants.json", settings.runners_dir)
 
     def factory(plan: LoadPlan, name: str, on_exit: Callable[[RunnerProcess], None]) -> RunnerProcess:
         built = variants.built_variants(settings.runners_dir)
         order = variants.candidate_order(host, built, forced=settings.llm_library, bad=bad.load())
         candidates = [(v, built[v]) for v in order]
-        runner = VariantRunner(plan.spec, candidates, bad, name=name, env=env,
-                               load_timeout=settings.load_timeout, on_exit=on_exit)
-        return runner
+        spec = plan.spec
+        if spec.rpc_servers:
+            up, down = rpc.reachable(spec.rpc_servers)
+            if down and not up:
+                raise RunnerLoadError(f"no RPC worker is reachable: {', '.join(down)}")
+            if down:
+                log.warning("RPC workers unreachable, loading %s without them: %s", name, ", ".join(down))
+            spec = dataclasses.replace(spec, rpc_servers=tuple(up))
+        return VariantRunner(spec, candidates, bad, name=name, env=env, load_timeout=settings.load_timeout,
+                             on_exit=on_exit)
 
     return factory
 

@@ -69,6 +69,7 @@ class Delta:
 class Final:
     done_reason: str
     prompt_eval_count: int
+    prompt_tokens: int
     prompt_eval_duration: int
     eval_count: int
     eval_duration: int
@@ -179,9 +180,11 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         tool_calls = parse_tool_calls(text) if req.tools else None
         final = Final(
             done_reason="stop" if tool_calls else _STOP_REASONS.get(final_event.get("stop_type", "eos"), "stop"),
-            # tokens_evaluated is the whole prompt; timings.prompt_n leaves out the cached prefix, and Ollama
-            # reports the whole prompt (so a repeated request reports the same usage).
-            prompt_eval_count=int(final_event.get("tokens_evaluated") or timings.get("prompt_n", 0) or 0),
+            # Native prompt_eval_count is what the runner evaluated (timings.prompt_n: the cached prefix is
+            # left out, so a follow-up turn shows its new tokens); usage for OpenAI/Anthropic is the whole
+            # prompt (tokens_evaluated), so a repeated request reports the same usage.
+            prompt_eval_count=int(timings.get("prompt_n", final_event.get("tokens_evaluated", 0)) or 0),
+            prompt_tokens=int(final_event.get("tokens_evaluated") or timings.get("prompt_n", 0) or 0),
             prompt_eval_duration=int(float(timings.get("prompt_ms", 0)) * 1e6),
             eval_count=int(timings.get("predicted_n", final_event.get("tokens_predicted", 0)) or 0),
             eval_duration=int(float(timings.get("predicted_ms", 0)) * 1e6),
@@ -199,11 +202,19 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
 
 async def _runner_death(loaded: Loaded, cause: Exception) -> RunnerError:
     """The error for a request whose runner died under it: wait briefly for the exit, carry the stderr tail."""
+    error = RunnerError(str(cause))
     for _ in range(40):
         if not loaded.runner.alive:
-            return loaded.runner.error()
+            error = loaded.runner.error()
+            break
         await asyncio.sleep(0.025)
-    return RunnerError(str(cause))
+    if loaded.plan.spec.rpc_servers:
+        from ollama_py.runner.rpc import reachable
+
+        _, down = await asyncio.to_thread(reachable, loaded.plan.spec.rpc_servers, 0.5)
+        if down:
+            error = RunnerError(f"lost RPC worker {', '.join(down)}: {error}")
+    return error
 
 
 _TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)

@@ -1,0 +1,82 @@
+"""A model spread over two llama.cpp RPC workers on loopback (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import requests
+
+from tests.conftest import create_from_file, free_port, required_path, start_serve, stop_serve
+
+pytestmark = pytest.mark.integration
+
+PROMPT = {"prompt": "The capital of France is", "raw": True, "stream": False,
+          "options": {"num_predict": 12, "temperature": 0, "seed": 3}}
+
+
+def start_worker(port: int, env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "ollama_py", "rpc-worker", "--port", str(port), "--threads", "1"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any(c.laddr.port == port for c in psutil.net_connections("tcp") if c.status == "LISTEN"):
+            return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"rpc worker on {port} did not listen")
+
+
+@pytest.fixture(scope="module")
+def rpc_setup(tmp_path_factory):
+    model = required_path("OLLAMA_PY_TEST_MODEL")
+    tmp = tmp_path_factory.mktemp("rpc")
+    env = {**os.environ, "OLLAMA_RUNNERS_DIR": os.environ.get("OLLAMA_PY_TEST_RUNNERS_DIR", "runners")}
+    ports = [free_port(), free_port()]
+    workers = [start_worker(p, env) for p in ports]
+    servers = ",".join(f"127.0.0.1:{p}" for p in ports)
+    proc, url, _ = start_serve(tmp, {"OLLAMA_RPC_SERVERS": servers})
+    try:
+        create_from_file(url, "smollm2:135m", model)
+        yield url, proc, workers, ports
+    finally:
+        stop_serve(proc)
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGKILL)
+                w.wait()
+
+
+def test_spread_output_equals_local_output(rpc_setup, live_server):
+    url, proc, _, ports = rpc_setup
+    spread = requests.post(url + "/api/generate", json={"model": "smollm2:135m", **PROMPT}, timeout=300).json()
+    local = requests.post(live_server.url + "/api/generate", json={"model": live_server.model, **PROMPT},
+                          timeout=300).json()
+    assert spread["response"] == local["response"] and spread["response"]
+    runner = [p for p in psutil.Process(proc.pid).children(recursive=True) if "llama-server" in " ".join(p.cmdline())]
+    assert len(runner) == 1
+    cmd = runner[0].cmdline()
+    assert cmd[cmd.index("--rpc") + 1] == ",".join(f"127.0.0.1:{p}" for p in ports)
+
+
+def test_worker_lost_mid_generation_errors_then_recovers(rpc_setup):
+    url, proc, workers, ports = rpc_setup
+    r = requests.post(url + "/api/generate", stream=True, timeout=300, json={
+        "model": "smollm2:135m", "prompt": "Write a very long story about the sea.",
+        "options": {"num_predict": 2000}})
+    lines = r.iter_lines()
+    first = json.loads(next(lines))
+    assert first["done"] is False
+    os.killpg(workers[1].pid, signal.SIGKILL)
+    workers[1].wait()
+    rest = [json.loads(line) for line in lines if line]
+    assert "error" in rest[-1], rest[-1]
+    assert f"127.0.0.1:{ports[1]}" in rest[-1]["error"]
+    again = requests.post(url + "/api/generate", json={"model": "smollm2:135m", **PROMPT}, timeout=300)
+    assert again.status_code == 200 and again.json()["response"]
