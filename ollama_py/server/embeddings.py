@@ -10,6 +10,7 @@ from typing import Any
 from ollama_py.errors import BadRequest, RunnerError
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Scheduler
+from ollama_py.server.access_log import current_stats
 
 
 @dataclass(slots=True)
@@ -57,4 +58,6 @@ async def embed(scheduler: Scheduler, model: Any, opts: dict[str, Any], keep_ali
         if dimensions is not None and dimensions < len(vec):
             vec = normalize(vec[:dimensions])
         vectors.append(vec)
-    return EmbedResult(vectors, sum(len(t) for t in cut), load_ns)
+    prompt_tokens = sum(len(t) for t in cut)
+    current_stats().prompt_tokens = prompt_tokens
+    return EmbedResult(vectors, prompt_tokens, load_ns)

@@ -13,6 +13,7 @@ from ollama_py.api.names import ModelName
 from ollama_py.api.options import validate_options
 from ollama_py.config import parse_duration
 from ollama_py.errors import BadRequest, ModelNotFound
+from ollama_py.server.access_log import current_stats
 from ollama_py.server.keys import SETTINGS, STORE
 
 
@@ -20,9 +21,11 @@ async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
     """The stored model, or 404 `model 'x' not found` with the name as the user wrote it."""
     store = request.app[STORE]
     try:
-        return await asyncio.to_thread(store.load, name)
+        model = await asyncio.to_thread(store.load, name)
     except ModelNotFound:
         raise ModelNotFound(raw) from None
+    current_stats().note_model(model)  # the access log and /metrics label requests with it
+    return model
 
 
 def merged_options(request: web.Request, model: Any, raw_options: Any) -> dict[str, Any]:
