@@ -125,7 +125,10 @@ def push(model: str, insecure: bool) -> None:
                               "namespace you own") from None
         raise
     name = parse_name(model)
-    click.echo(f"\nYou can find your model at:\n\n\t{name}")
+    where = str(name)
+    if name.host.endswith((".ollama.com", ".ollama.ai")):
+        where = "https://ollama.com/" + name.short.removesuffix(":latest")
+    click.echo(f"\nYou can find your model at:\n\n\t{where}")
 
 
 @click.command("list", short_help="List models", epilog=HOST_HELP)

@@ -1,21 +1,24 @@
-"""Progress on stderr with rich: Ollama's pull/push/create display and the bare spinner shown while waiting.
+"""Progress on stderr: Ollama's pull/push/create display (rich on a terminal) and the bare waiting spinner.
 
 `ProgressView.handle(resp)` does what the `fn(resp)` callbacks in Ollama's cmd.go do with each streamed
-ProgressResponse: a line with a digest becomes (or moves) a bar for that layer — percentage, bar, bytes, speed,
-time left — and a new status text becomes a new line with a spinner, the previous status line keeping its text.
-On a terminal that is not interactive rich draws the final state once, when the view stops.
+ProgressResponse: a line with a digest becomes (or moves) a bar for that layer, and a new status text becomes a
+new line with a spinner after it, the previous status line keeping its text. On a terminal each line is drawn
+like Ollama's progress.Bar — `pulling 8eeb52dfb3bb:  45% ▕████      ▏ 2.1 GB/4.7 GB   25 MB/s   1m43s` — and
+updated live by rich. Anywhere else (a pipe, a log file) each line is printed once, when it is final.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID
+from rich.progress import Progress, ProgressColumn, Task, TaskID
 from rich.spinner import Spinner as RichSpinner
 from rich.status import Status
+from rich.table import Column
 from rich.text import Text
 
 from ollama_py.cli.render import go_duration, human_bytes
@@ -25,7 +28,7 @@ _STATUS, _BAR = "status", "bar"
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr, highlight=False, soft_wrap=False)
+    return Console(file=sys.stderr, highlight=False)
 
 
 def is_tty(stream: Any) -> bool:
@@ -35,63 +38,48 @@ def is_tty(stream: Any) -> bool:
         return False
 
 
-class _Description(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        return Text(f"{task.description}:" if task.fields.get(_KIND) == _BAR else task.description)
+def bar_line(description: str, completed: int, total: int, *, rate: float | None = None, width: int = 80,
+             done: bool = False) -> str:
+    """One layer's line as Ollama's progress.Bar draws it, `width` columns wide (0: plain text, no bar)."""
+    percent = min(100, int(completed * 100 / total)) if total else 0
+    pre = f"{description}: {percent:3d}%"
+    if done:
+        suffix = f"{human_bytes(total):>6}" + " " * 7
+    else:
+        suffix = f"{human_bytes(completed):>6}/{human_bytes(total):<6}"
+    if width <= 0:  # not a terminal: no bar, no rate
+        return f"{pre} {suffix.strip()}"
+    if rate and not done:
+        remaining = int((total - completed) / rate) if rate > 0 else 0
+        suffix += f"  {human_bytes(int(rate)):>6}/s  {go_duration(remaining * 10**9):>6}"
+    fill = max(width - len(pre) - len(suffix) - 5, 10)
+    n = int(fill * percent / 100)
+    return f"{pre} ▕{'█' * n}{' ' * (fill - n)}▏ {suffix}".rstrip()
 
 
-class _Percent(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        if task.fields.get(_KIND) != _BAR or not task.total:
-            return Text("")
-        return Text(f"{int(task.percentage):3d}%")
+class _Line(ProgressColumn):
+    """The whole line of a task in one column, so lines do not align with each other (as in Ollama)."""
 
-
-class _Bar(BarColumn):
-    def render(self, task: Task) -> Any:
-        if task.fields.get(_KIND) != _BAR:
-            return Text("")
-        return super().render(task)
-
-
-class _Bytes(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        if task.fields.get(_KIND) != _BAR:
-            return Text("")
-        total = int(task.total or 0)
-        if task.finished:
-            return Text(human_bytes(total))
-        return Text(f"{human_bytes(int(task.completed))}/{human_bytes(total)}")
-
-
-class _Rate(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        if task.fields.get(_KIND) != _BAR or task.finished or not task.speed:
-            return Text("")
-        return Text(f"{human_bytes(int(task.speed))}/s")
-
-
-class _Remaining(ProgressColumn):
-    max_refresh = 0.5
-
-    def render(self, task: Task) -> Text:
-        remaining = task.time_remaining
-        if task.fields.get(_KIND) != _BAR or task.finished or remaining is None:
-            return Text("")
-        return Text(go_duration(int(remaining) * 10**9))
-
-
-class _StatusSpinner(ProgressColumn):
-    """Ollama puts its spinner after the message, and drops it once the status is no longer current."""
-
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, console: Console) -> None:
+        super().__init__(table_column=Column(no_wrap=True, overflow="ellipsis"))
+        self._console = console
         self._spinner = RichSpinner("dots")
 
-    def render(self, task: Task) -> Any:
-        if task.fields.get(_KIND) != _STATUS or task.finished:
-            return Text("")
-        return self._spinner.render(task.get_time())
+    def render(self, task: Task) -> Text:
+        if task.fields.get(_KIND) == _BAR:
+            return Text(bar_line(task.description, int(task.completed), int(task.total or 0), rate=task.speed,
+                                 width=self._console.width - 1, done=task.finished))
+        if task.finished:
+            return Text(task.description)
+        return Text.assemble(task.description, " ", self._spinner.render(task.get_time()))
+
+
+@dataclass
+class _PlainBar:
+    description: str
+    total: int
+    completed: int = 0
+    printed: bool = False
 
 
 class ProgressView:
@@ -100,30 +88,45 @@ class ProgressView:
     def __init__(self, console: Console | None = None, status: str | None = None, verb: str = "pulling") -> None:
         self.console = console or stderr_console()
         self.verb = verb
-        self._progress = Progress(
-            _Description(), _Percent(), _Bar(bar_width=30), _Bytes(), _Rate(), _Remaining(),
-            _StatusSpinner(), console=self.console, transient=False, expand=False,
-        )
-        self._bars: dict[str, TaskID] = {}
+        self.live = self.console.is_terminal
+        self._progress = Progress(_Line(self.console), console=self.console, transient=False, expand=False)
+        self._tasks: dict[str, TaskID] = {}
+        self._plain: dict[str, _PlainBar] = {}
         self._status = ""
         self._status_task: TaskID | None = None
+        self._quantize = ""
         self._quantize_task: TaskID | None = None
         if status:
             self.status(status)
 
     def __enter__(self) -> ProgressView:
-        self._progress.start()
+        if self.live:
+            self._progress.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
 
+    def _print(self, line: str) -> None:
+        out: TextIO = self.console.file
+        out.write(line + "\n")
+        out.flush()
+
     def stop(self) -> None:
         self._stop_spinner()
-        if self._quantize_task is not None:
-            self._progress.update(self._quantize_task, total=1, completed=1)
-        self._progress.stop()
+        if self.live:
+            if self._quantize_task is not None:
+                self._progress.update(self._quantize_task, total=1, completed=1)
+            self._progress.stop()
+            return
+        if self._quantize:
+            self._print(self._quantize)
+            self._quantize = ""
+        for bar in self._plain.values():
+            if not bar.printed:
+                bar.printed = True
+                self._print(bar_line(bar.description, bar.completed, bar.total, width=0))
 
     def _stop_spinner(self) -> None:
         if self._status_task is not None:
@@ -134,32 +137,46 @@ class ProgressView:
         """A new status line with a spinner; the previous one stays, without its spinner."""
         self._stop_spinner()
         self._status = text
-        self._status_task = self._progress.add_task(text, total=None, **{_KIND: _STATUS})
+        if self.live:
+            self._status_task = self._progress.add_task(text, total=None, **{_KIND: _STATUS})
+        else:
+            self._print(text)
 
     def bar(self, key: str, description: str, total: int, completed: int = 0) -> None:
-        """A byte bar for `key` (a digest), created on first use."""
-        if key not in self._bars:
-            self._stop_spinner()
-            self._bars[key] = self._progress.add_task(description, total=total or None, completed=completed,
-                                                      **{_KIND: _BAR})
-        else:
-            self._progress.update(self._bars[key], total=total or None, completed=completed)
+        """A byte bar for `key` (a layer digest): created on first use, then moved to `completed`."""
+        if self.live:
+            if key not in self._tasks:
+                self._stop_spinner()
+                self._tasks[key] = self._progress.add_task(description, total=total or None, completed=completed,
+                                                           **{_KIND: _BAR})
+            else:
+                self._progress.update(self._tasks[key], total=total or None, completed=completed)
+            return
+        bar = self._plain.setdefault(key, _PlainBar(description, total))
+        bar.total, bar.completed = total or bar.total, completed
+        if bar.total and bar.completed >= bar.total and not bar.printed:
+            bar.printed = True
+            self._print(bar_line(bar.description, bar.completed, bar.total, width=0, done=True))
 
     def advance(self, key: str, n: int) -> None:
-        self._progress.advance(self._bars[key], n)
+        if self.live:
+            self._progress.advance(self._tasks[key], n)
+        else:
+            bar = self._plain[key]
+            self.bar(key, bar.description, bar.total, bar.completed + n)
 
     def handle(self, resp: dict[str, Any]) -> None:
         """One ProgressResponse ({status, digest, total, completed}) from pull, push or create."""
         status = str(resp.get("status") or "")
         digest = str(resp.get("digest") or "")
         if digest:
-            if digest not in self._bars:
-                label = status or f"{self.verb} {digest.removeprefix('sha256:')[:12]}..."
-                self.bar(digest, label, int(resp.get("total") or 0), int(resp.get("completed") or 0))
-            else:
-                self.bar(digest, "", int(resp.get("total") or 0), int(resp.get("completed") or 0))
+            label = status or f"{self.verb} {digest.removeprefix('sha256:')[:12]}..."
+            self.bar(digest, label, int(resp.get("total") or 0), int(resp.get("completed") or 0))
         elif "quantizing" in status:
             self._stop_spinner()
+            self._quantize = status
+            if not self.live:
+                return
             if self._quantize_task is None:
                 self._quantize_task = self._progress.add_task(status, total=None, **{_KIND: _STATUS})
             else:
@@ -169,12 +186,11 @@ class ProgressView:
 
 
 class Spinner:
-    """Ollama's bare spinner (no text) on stderr while waiting for something; shown only on a terminal."""
+    """Ollama's bare spinner on stderr while waiting for something; shown only when stderr is a terminal."""
 
     def __init__(self, message: str = "", enabled: bool | None = None) -> None:
-        console = stderr_console()
         self.enabled = is_tty(sys.stderr) if enabled is None else enabled
-        self._status = Status(message, spinner="dots", console=console) if self.enabled else None
+        self._status = Status(message, spinner="dots", console=stderr_console()) if self.enabled else None
         self._running = False
 
     def start(self) -> Spinner:

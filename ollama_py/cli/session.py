@@ -87,11 +87,13 @@ def chat(client: Client, opts: RunOptions, out: TextIO | None = None) -> Reply:
     spinner = Spinner(enabled=is_tty(out) and is_tty(sys.stderr)).start()
     try:
         stream = client.chat(opts.model, opts.messages, **opts.request_fields())
-    except BaseException:
+    except KeyboardInterrupt:  # before the first byte came back (loading, prompt processing)
+        reply = Reply(interrupted=True)
+    else:
+        reply = show_reply(stream, _chat_text, out, wordwrap=opts.wordwrap, hide_thinking=opts.hide_thinking,
+                           plain=False, spinner=spinner, close=stream.close)
+    finally:
         spinner.stop()
-        raise
-    reply = show_reply(stream, _chat_text, out, wordwrap=opts.wordwrap, hide_thinking=opts.hide_thinking,
-                       plain=False, spinner=spinner, close=stream.close)
     if reply.interrupted:
         out.write("\n")
         out.flush()
@@ -112,11 +114,13 @@ def generate(client: Client, opts: RunOptions, out: TextIO | None = None) -> Rep
     spinner = Spinner(enabled=tty and is_tty(sys.stderr)).start()
     try:
         stream = client.generate(opts.model, opts.prompt, system=opts.system or None, **opts.request_fields())
-    except BaseException:
+    except KeyboardInterrupt:
+        reply = Reply(interrupted=True)
+    else:
+        reply = show_reply(stream, _generate_text, out, wordwrap=opts.wordwrap and tty,
+                           hide_thinking=opts.hide_thinking, plain=not tty, spinner=spinner, close=stream.close)
+    finally:
         spinner.stop()
-        raise
-    reply = show_reply(stream, _generate_text, out, wordwrap=opts.wordwrap and tty,
-                       hide_thinking=opts.hide_thinking, plain=not tty, spinner=spinner, close=stream.close)
     if reply.interrupted:
         out.write("\n")
         out.flush()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import re
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from rich.console import Console
 
 from ollama_py.cli.main import cli
+from ollama_py.cli.progress import ProgressView, bar_line
 from tests.unit.test_cli_client import FakeOllama, fake  # noqa: F401  (the fixture)
 
 DIGEST = "sha256:" + "d4c0a6a1e2b3" + "0" * 52
@@ -145,7 +147,7 @@ def test_pull_shows_status_lines_and_a_bar_per_layer(fake: FakeOllama, tmp_path:
     assert result.exit_code == 0
     lines = [line.strip() for line in result.stderr.splitlines()]
     assert lines[0] == "pulling manifest"
-    assert re.fullmatch(r"pulling d4c0a6a1e2b3:\s+100% \S+ 98 MB", lines[1])
+    assert lines[1] == "pulling d4c0a6a1e2b3: 100% 98 MB"
     assert lines[2:] == ["verifying sha256 digest", "writing manifest", "success"]
     assert fake.bodies("POST", "/api/pull") == [{"model": "smollm2:135m", "insecure": True, "stream": True}]
 
@@ -200,7 +202,7 @@ def test_create_uploads_the_file_and_sends_the_modelfile_fields(fake: FakeOllama
     }]
     lines = [line.strip() for line in result.stderr.splitlines()]
     assert lines[0] == "gathering model components"
-    assert re.fullmatch(rf"copying file {digest[7:19]}:\s+100% \S+ 5.0 KB", lines[1])
+    assert lines[1] == f"copying file {digest[7:19]}: 100% 5.0 KB"
     assert lines[-2:] == ["writing manifest", "success"]
 
 
@@ -274,4 +276,45 @@ def test_serve_help_lists_the_environment_variables(tmp_path: Path) -> None:
 def test_help_lists_commands_in_ollama_order() -> None:
     out = CliRunner().invoke(cli, ["--help"]).stdout
     names = [line.split()[0] for line in out.split("Commands:\n")[1].splitlines() if line.strip()]
-    assert names == ["serve", "create", "show", "run", "stop", "pull", "push", "list", "ps", "cp", "rm"]
+    assert names[:11] == ["serve", "create", "show", "run", "stop", "pull", "push", "list", "ps", "cp", "rm"]
+
+
+def test_push_to_ollama_com_points_at_the_web_page(fake: FakeOllama, tmp_path: Path) -> None:
+    fake.on("POST", "/api/push", [{"status": "success"}])
+    assert invoke(fake, ["push", "me/m"], tmp_path).stdout == (
+        "\nYou can find your model at:\n\n\thttps://ollama.com/me/m\n")
+
+
+def test_no_arguments_prints_help_and_succeeds() -> None:
+    result = CliRunner().invoke(cli, [])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("Usage: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [(("pulling abc", 45, 100, 0), "pulling abc:  45% 45 B/100 B"),
+     (("pulling abc", 100, 100, 0), "pulling abc: 100% 100 B"),
+     (("pulling abc", 50_000_000, 100_000_000, 80), "pulling abc:  50% ▕" + "█" * 13 + " " * 14
+      + "▏  50 MB/100 MB   25 MB/s      2s")],
+    ids=["plain-partial", "plain-done", "terminal-with-rate"],
+)
+def test_bar_line(args: tuple[str, int, int, int], line: str) -> None:
+    description, completed, total, width = args
+    rate = 25_000_000 if width else None
+    shown = bar_line(description, completed, total, rate=rate, width=width, done=completed == total and not width)
+    assert shown == line
+    assert not width or len(shown) == width - 1
+
+
+def test_progress_view_on_a_terminal_keeps_each_status_line() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100, color_system=None)
+    with ProgressView(console) as view:
+        for resp in PULL_LINES:
+            view.handle(resp)
+    final = out.getvalue().rsplit("\x1b[2K", 1)[-1]  # the last full redraw
+    lines = [line.rstrip() for line in final.splitlines()]
+    assert lines[0] == "pulling manifest"
+    assert lines[1].startswith("pulling d4c0a6a1e2b3: 100% ▕███") and lines[1].endswith("▏  98 MB")
+    assert lines[2:5] == ["verifying sha256 digest", "writing manifest", "success"]
