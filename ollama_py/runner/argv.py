@@ -42,6 +42,9 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         "-np", str(spec.parallel),
         "--no-webui",
         "--offline",
+        # verbosity 4 makes llama-server print its buffer sizes per device, which the scheduler reads back
+        # to report real memory use (estimate/memory.parse_llama_server_buffers)
+        "-lv", "4",
     ]
     if spec.num_batch:
         argv += ["-b", str(spec.num_batch), "-ub", str(spec.num_batch)]

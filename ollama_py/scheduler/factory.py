@@ -157,10 +157,31 @@ def default_scheduler(settings: Settings) -> Scheduler:
     def free_memory() -> int | None:
         return None if gpus else gpu_probe.probe_system_memory().free
 
-    return Scheduler(
+    scheduler = Scheduler(
         settings,
         plan=lambda model, options, embedding: plan_load(settings, gpus, system.free, model, options, embedding),
         runner_factory=runner_factory(settings),
         free_memory=free_memory,
         gpu_count=len(gpus),
     )
+    scheduler.listeners.append(record_actual_memory)
+    return scheduler
+
+
+def record_actual_memory(event: str, loaded: Any) -> None:
+    """After a load: what llama-server really allocated (its buffer log lines), kept for /api/ps and compared
+    with the estimate in the log."""
+    if event != "loaded":
+        return
+    buffers = memory.parse_llama_server_buffers(loaded.runner.log_lines)
+    devices = {dev: sum(v for k, v in kinds.items() if k in ("model", "kv", "compute", "output"))
+               for dev, kinds in buffers.items() if dev != "layers"}
+    if not devices:
+        return
+    total = sum(devices.values())
+    vram = sum(v for dev, v in devices.items() if dev != "CPU")
+    loaded.extra["actual_size"], loaded.extra["actual_vram"] = total, vram
+    estimated = loaded.plan.size
+    error = (estimated - total) / total * 100 if total else 0.0
+    log.info("memory of %s: estimated %.1f MiB, llama-server allocated %.1f MiB (%+.1f%%), %.1f MiB on GPUs",
+             loaded.name, estimated / 2**20, total / 2**20, error, vram / 2**20)

@@ -93,8 +93,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     raw = field(body, "raw", bool, False)
     suffix = field(body, "suffix", str)
     images = field(body, "images", list, [])
-    if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
-        raise BadRequest("context must be a list of integers")
+    if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31
+                                       for t in context):
+        raise BadRequest("context must be a list of token ids (integers from 0 to 2147483647)")
     if raw and (template or system or context):
         raise BadRequest("raw mode does not support template, system, or context")
     ka = keep_alive(body)
@@ -278,12 +279,12 @@ async def ps(request: web.Request) -> web.Response:
         m = loaded.model
         queued, active = queue_counts(loaded)
         models.append({
-            "name": loaded.name, "model": loaded.name, "size": loaded.plan.size,
+            "name": loaded.name, "model": loaded.name, "size": loaded.extra.get("actual_size", loaded.plan.size),
             "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
             "expires_at": rfc3339(loaded.expires_at if loaded.refcount == 0 else math.inf
                                   if math.isinf(loaded.session_duration) else time.time()
                                   + loaded.session_duration),
-            "size_vram": loaded.plan.size_vram, "context_length": loaded.plan.context_length,
+            "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram), "context_length": loaded.plan.context_length,
             "state": loaded.state, "queued": queued, "active": active,
         })
     models.sort(key=lambda x: x["expires_at"], reverse=True)
