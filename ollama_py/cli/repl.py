@@ -219,7 +219,11 @@ class Repl:
                     continue
             elif line.startswith("/"):
                 args = line.split()
-                result = self.command(args)
+                try:
+                    result = self.command(args)
+                except KeyboardInterrupt:  # e.g. during /load or /save: back to the prompt
+                    self.say()
+                    continue
                 if result == "exit":
                     return
                 if isinstance(result, tuple):  # /set system \"\"\" ... : more lines to come
@@ -231,7 +235,10 @@ class Repl:
             text = "\n".join(buf)
             buf = []
             if text:
-                self.send(text)
+                try:
+                    self.send(text)
+                except KeyboardInterrupt:  # a second Ctrl-C while the first was being handled
+                    self.say()
 
     # -- sending -----------------------------------------------------------------------------------------------
 

@@ -86,7 +86,18 @@ def test_run_with_piped_stdin_and_verbose(live_server: LiveServer, short: str) -
     assert re.search(r"^eval rate:\s+\d+\.\d\d tokens/s$", result.stderr, re.M)
 
 
+def _loaded(live: LiveServer) -> list[str]:
+    return [m["name"] for m in live.api("GET", "/api/ps").json()["models"]]
+
+
 def test_ps_then_stop(live_server: LiveServer, short: str) -> None:
+    # A runner already loaded for the same weights would be reused under its first name: start from none.
+    for name in _loaded(live_server):
+        assert ollama(live_server, "stop", name).exit_code == 0
+    deadline = time.monotonic() + 30
+    while _loaded(live_server):
+        assert time.monotonic() < deadline, _loaded(live_server)
+        time.sleep(0.2)
     assert ollama(live_server, "run", short, "Say hi.").exit_code == 0
     lines = ollama(live_server, "ps").stdout.splitlines()
     assert lines[0].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
