@@ -7,6 +7,7 @@ Once a stream has started, handlers write a final error line themselves (see ser
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 
@@ -28,6 +29,17 @@ def error_body(path: str, status: int, message: str) -> dict:
         return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
                           "param": None, "code": None}}
     return {"error": message}
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def describe(exc: Exception) -> tuple[int, str]:
+    """Status and message for an exception that is not an OllamaError: a full disk is the client's to know
+    about (507, as WebDAV answers it); anything else is our bug, answered 500 with its text, never a traceback."""
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        return 507, "no space left on device"
+    return 500, str(exc) or type(exc).__name__
 
 
 def error_response(request: web.Request, status: int, message: str) -> web.Response:
@@ -52,3 +64,12 @@ async def error_middleware(request: web.Request, handler):
         return error_response(request, e.status, message)
     except json.JSONDecodeError as e:
         return error_response(request, 400, f"invalid JSON: {e}")
+    except ConnectionResetError:
+        raise  # the client is gone: nobody to answer
+    except Exception as e:
+        status, message = describe(e)
+        if status == 500:
+            log.exception("%s %s failed", request.method, request.path)
+        else:
+            log.warning("%s %s -> %d: %s", request.method, request.path, status, e)
+        return error_response(request, status, message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -13,18 +14,43 @@ from ollama_py.errors import BadRequest
 _TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
 
 
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"invalid character '{name[0]}' looking for beginning of value")
+
+
+def _fix_surrogates(value: Any) -> Any:
+    """Strings with a lone UTF-16 surrogate (valid JSON escapes, but not encodable text) get U+FFFD in its
+    place, as Go's encoding/json does; otherwise they would fail later, when sent on to the runner."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_fix_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in value.items()}
+    return value
+
+
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The body as a JSON object. JSON that Go's decoder refuses is refused too: NaN/Infinity literals, and
+    nesting deep enough to exhaust the parser."""
     raw = await request.read()
     if not raw.strip():
         if allow_empty:
             return {}
         raise BadRequest("missing request body")
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise BadRequest(f"invalid character in request body: {e}") from None
+    except RecursionError:
+        raise BadRequest("invalid request body: JSON nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("json: cannot unmarshal request body: expected a JSON object")
+    if _LONE_SURROGATE.search(raw):
+        body = _fix_surrogates(body)
     return body
 
 

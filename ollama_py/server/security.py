@@ -11,6 +11,7 @@ from aiohttp import web
 
 from ollama_py.config import Settings
 from ollama_py.server.errors import error_response
+from ollama_py.server.keys import SETTINGS
 
 DEFAULT_ORIGINS = (
     "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
@@ -78,9 +79,11 @@ def security_middleware(settings: Settings):
 
 
 async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """on_response_prepare: runs before headers go out, streamed responses included."""
+    """on_response_prepare: runs before headers go out, streamed responses included. A refused origin gets
+    no CORS headers, so a browser does not let that page read even the 403."""
     origin = request.headers.get("Origin")
-    if origin:
+    origins = request.app[SETTINGS].origins
+    if origin and ("*" in origins or origin_allowed(origin, origins)):
         response.headers["Access-Control-Allow-Origin"] = origin
         response.headers["Vary"] = "Origin"
         response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py.errors import OllamaError
-from ollama_py.server.errors import error_body
+from ollama_py.server.errors import describe, error_body
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,25 @@ async def stream_response(
                 await resp.write(trailer)
         except OllamaError as e:
             log.warning("%s %s failed mid-stream: %s", request.method, request.path, e)
-            await resp.write(encode_error(str(e)))
+            await _write_error(resp, encode_error(str(e)))
         except (ConnectionResetError, ConnectionError):
             log.info("%s %s: client disconnected mid-stream", request.method, request.path)
             return resp
+        except Exception as e:  # e.g. a full disk during a create: the client still gets a final error
+            status, message = describe(e)
+            if status == 500:
+                log.exception("%s %s failed mid-stream", request.method, request.path)
+            else:
+                log.warning("%s %s failed mid-stream: %s", request.method, request.path, e)
+            await _write_error(resp, encode_error(message))
         with contextlib.suppress(ConnectionError):
             await resp.write_eof()
     return resp
+
+
+async def _write_error(resp: web.StreamResponse, data: bytes) -> None:
+    with contextlib.suppress(ConnectionError):  # the client may be gone too
+        await resp.write(data)
 
 
 async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
