@@ -135,6 +135,7 @@ class Settings:
     runners_dir: Path = DEFAULT_RUNNERS_DIR
     keep_alive: float = 300.0
     load_timeout: float = 300.0
+    request_timeout: float = 600.0  # a runner silent this long mid-request is hung: killed, the request fails
     max_loaded_models: int = 0  # 0 = auto (3 per GPU, 3 on CPU)
     num_parallel: int = 1
     max_queue: int = 512
@@ -170,6 +171,9 @@ class Settings:
         load_timeout = duration("OLLAMA_LOAD_TIMEOUT", 300.0)
         if load_timeout <= 0:
             load_timeout = FOREVER
+        request_timeout = duration("OLLAMA_REQUEST_TIMEOUT", 600.0)
+        if request_timeout <= 0:
+            request_timeout = FOREVER
         fa = _var(env, "OLLAMA_FLASH_ATTENTION")
         flash = None if not fa else ("off" if fa.lower() in ("0", "false", "off", "no") else "on")
         models = _var(env, "OLLAMA_MODELS")
@@ -181,6 +185,7 @@ class Settings:
             runners_dir=Path(runners).expanduser() if runners else DEFAULT_RUNNERS_DIR,
             keep_alive=duration("OLLAMA_KEEP_ALIVE", 300.0),
             load_timeout=load_timeout,
+            request_timeout=request_timeout,
             max_loaded_models=_uint(env, "OLLAMA_MAX_LOADED_MODELS", 0),
             num_parallel=max(_uint(env, "OLLAMA_NUM_PARALLEL", 1), 1),
             max_queue=_uint(env, "OLLAMA_MAX_QUEUE", 512),

@@ -256,8 +256,9 @@ class RunnerProcess:
                 await self._set_state(RunnerState.STOPPED)
             return
         if self.state != RunnerState.STOPPING:
-            if not self._failure and self.state == RunnerState.STARTING:
-                self._failure = "llama runner was stopped while loading"
+            if not self._failure:  # what requests still waiting on it or streaming from it are told
+                self._failure = ("llama runner was stopped while loading" if self.state == RunnerState.STARTING
+                                 else "llama runner was stopped")
             await self._set_state(RunnerState.STOPPING)
         self._signal_group(proc.pid, signal.SIGTERM)
         self._signal_group(proc.pid, signal.SIGCONT)

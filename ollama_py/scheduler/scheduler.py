@@ -23,7 +23,7 @@ from typing import Any
 from ollama_py.config import Settings
 from ollama_py.errors import RunnerError, ServerBusy
 from ollama_py.runner.argv import LaunchSpec
-from ollama_py.runner.client import LlamaClient
+from ollama_py.runner.client import LlamaClient, RunnerStalled
 from ollama_py.runner.process import RunnerProcess, RunnerState
 from ollama_py.scheduler import policy
 
@@ -131,7 +131,11 @@ class Scheduler:
             counted = False
             if not loaded.runner.alive:
                 raise loaded.runner.error()
-            yield loaded
+            try:
+                yield loaded
+            except RunnerStalled as e:
+                self._abandon(loaded, str(e))
+                raise
         finally:
             if counted:
                 self.pending -= 1
@@ -224,8 +228,9 @@ class Scheduler:
     def _new(self, model: Any, plan: LoadPlan, keep_alive: float | None) -> Loaded:
         name = str(getattr(getattr(model, "name", None), "short", getattr(model, "name", "model")))
         runner = self._runner_factory(plan, name, self._on_runner_exit)
+        read_timeout = None if math.isinf(self.settings.request_timeout) else self.settings.request_timeout
         loaded = Loaded(
-            name=name, model=model, plan=plan, runner=runner, client=LlamaClient(""),
+            name=name, model=model, plan=plan, runner=runner, client=LlamaClient("", read_timeout=read_timeout),
             slots=asyncio.Semaphore(plan.spec.parallel),
             session_duration=self.settings.keep_alive if keep_alive is None else keep_alive,
         )
@@ -289,6 +294,15 @@ class Scheduler:
             self._changed.notify_all()
         await self._stop(loaded)
         self._emit(why, loaded)
+
+    def _abandon(self, loaded: Loaded, why: str) -> None:
+        """A runner that stopped answering mid-request will not recover: SIGKILL it now (a stopped process
+        ignores SIGTERM) and forget it, so the next request starts a fresh one instead of queueing on it."""
+        if loaded.unloading:
+            return
+        log.warning("runner for %s is hung (%s); killing it", loaded.name, why)
+        loaded.runner.kill_now()
+        self._start_unload(loaded, "crashed")
 
     def _on_runner_exit(self, runner: RunnerProcess) -> None:
         for loaded in list(self.loaded.values()):
