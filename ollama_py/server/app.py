@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web.Application:
     """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server)."""
-    from ollama_py.server import routes_models, routes_native, routes_openai, routes_transfer
+    from ollama_py.server import openapi, routes_models, routes_native, routes_openai, routes_transfer
     from ollama_py.server.metrics import Metrics, metrics_routes
     from ollama_py.store.models import ModelStore
 
@@ -36,6 +36,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     app.add_routes(routes_transfer.routes)
     app.add_routes(routes_openai.routes)
     app.add_routes(metrics_routes)
+    app.add_routes(openapi.routes)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         store = app[keys.STORE]
@@ -55,5 +56,13 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
         finally:
             await sched.shutdown()
 
+    async def stop_runners(app: web.Application) -> None:
+        # on_shutdown runs before aiohttp waits (shutdown_timeout) for in-flight handlers: stopping the runners
+        # first ends their streams now, with an error line, so SIGTERM / Ctrl-C of serve does not hang.
+        sched = app.get(keys.SCHEDULER)
+        if sched is not None:
+            await sched.shutdown()
+
     app.cleanup_ctx.append(lifecycle)
+    app.on_shutdown.append(stop_runners)
     return app

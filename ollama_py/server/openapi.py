@@ -1,0 +1,216 @@
+"""The OpenAPI 3.1 description of our HTTP API, served at GET /openapi.json.
+
+A hand-kept table (`OPERATIONS`) of every route the gateway serves with its request schema, so a client
+generator or a fuzzer (tests/unit/test_openapi.py) knows what each endpoint takes; a test compares the table with
+the app's router, so a route added without a line here fails the suite. Schemas are JSON Schema 2020-12 (the
+dialect of OpenAPI 3.1) and describe what we accept, Ollama's field names included; unknown fields are ignored
+by the server, as Ollama's are, so objects leave `additionalProperties` open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py import __version__
+
+routes = web.RouteTableDef()
+
+_REF = "#/components/schemas/"
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": _REF + name}
+
+
+def _obj(required: tuple[str, ...] = (), **props: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+_STR = {"type": "string"}
+_BOOL = {"type": "boolean"}
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_STRS = {"type": "array", "items": _STR}
+_STR_OR_STRS = {"oneOf": [_STR, _STRS]}
+_KEEP_ALIVE = {"oneOf": [_NUM, _STR], "description": 'seconds, or a duration such as "5m"; negative = forever'}
+_FORMAT = {"oneOf": [{"const": "json"}, {"type": "object"}], "description": '"json" or a JSON schema'}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Error": _obj(("error",), error=_STR),
+    "Options": _obj(
+        num_keep=_INT, seed=_INT, num_predict={**_INT, "minimum": -2}, top_k=_INT, top_p=_NUM, min_p=_NUM,
+        typical_p=_NUM, repeat_last_n=_INT, temperature=_NUM, repeat_penalty=_NUM, presence_penalty=_NUM,
+        frequency_penalty=_NUM, stop=_STR_OR_STRS, num_ctx={**_INT, "minimum": 0}, num_batch={**_INT, "minimum": 1},
+        num_gpu=_INT, main_gpu=_INT, use_mmap=_BOOL, num_thread={**_INT, "minimum": 0},
+    ),
+    "ToolCall": _obj(("function",), id=_STR, function=_obj(("name",), index=_INT, name=_STR,
+                                                               arguments={"type": "object"})),
+    "Message": _obj(("role",), role={"enum": ["system", "user", "assistant", "tool"]}, content=_STR,
+                    thinking=_STR, images=_STRS, tool_calls={"type": "array", "items": _ref("ToolCall")},
+                    tool_name=_STR, tool_call_id=_STR),
+    "Tool": _obj(("type", "function"), type={"const": "function"},
+                 function=_obj(("name",), name=_STR, description=_STR, parameters={"type": "object"})),
+    "GenerateRequest": _obj(
+        ("model",), model=_STR, prompt=_STR, suffix=_STR, system=_STR, template=_STR,
+        context={"type": "array", "items": _INT}, stream=_BOOL, raw=_BOOL, format=_FORMAT, images=_STRS,
+        keep_alive=_KEEP_ALIVE, options=_ref("Options"), think={"oneOf": [_BOOL, _STR]}, truncate=_BOOL,
+        shift=_BOOL, logprobs=_BOOL, top_logprobs={**_INT, "minimum": 0, "maximum": 20},
+    ),
+    "ChatRequest": _obj(
+        ("model",), model=_STR, messages={"type": "array", "items": _ref("Message")},
+        tools={"type": "array", "items": _ref("Tool")}, stream=_BOOL, format=_FORMAT, keep_alive=_KEEP_ALIVE,
+        options=_ref("Options"), think={"oneOf": [_BOOL, _STR]}, truncate=_BOOL, shift=_BOOL, logprobs=_BOOL,
+        top_logprobs={**_INT, "minimum": 0, "maximum": 20},
+    ),
+    "EmbedRequest": _obj(("model",), model=_STR, input=_STR_OR_STRS, truncate=_BOOL,
+                         dimensions={**_INT, "minimum": 1}, keep_alive=_KEEP_ALIVE, options=_ref("Options")),
+    "EmbeddingsRequest": _obj(("model",), model=_STR, prompt=_STR, keep_alive=_KEEP_ALIVE,
+                              options=_ref("Options")),
+    "ModelRequest": _obj(("model",), model=_STR, name={**_STR, "deprecated": True}),
+    "ShowRequest": _obj(("model",), model=_STR, verbose=_BOOL, system=_STR, template=_STR,
+                        options=_ref("Options")),
+    "CopyRequest": _obj(("source", "destination"), source=_STR, destination=_STR),
+    "CreateRequest": _obj(
+        ("model",), model=_STR, **{"from": _STR},
+        files={"type": "object", "additionalProperties": {**_STR, "pattern": "^sha256:[0-9a-f]{64}$"}},
+        adapters={"type": "object", "additionalProperties": {**_STR, "pattern": "^sha256:[0-9a-f]{64}$"}},
+        template=_STR, system=_STR, license=_STR_OR_STRS, parameters={"type": "object"},
+        messages={"type": "array", "items": _ref("Message")}, quantize=_STR, stream=_BOOL,
+    ),
+    "TransferRequest": _obj(("model",), model=_STR, insecure=_BOOL, stream=_BOOL),
+    "OpenAIChatRequest": _obj(
+        ("model", "messages"), model=_STR,
+        messages={"type": "array", "items": _obj(
+            ("role",), role={"enum": ["system", "developer", "user", "assistant", "tool"]},
+            content={"oneOf": [_STR, {"type": "array"}]}, name=_STR, tool_call_id=_STR)},
+        stream=_BOOL, stream_options=_obj(include_usage=_BOOL), max_tokens=_INT, max_completion_tokens=_INT,
+        temperature=_NUM, top_p=_NUM, seed=_INT, stop=_STR_OR_STRS, frequency_penalty=_NUM,
+        presence_penalty=_NUM, response_format={"type": "object"}, tools={"type": "array"}, logprobs=_BOOL,
+        top_logprobs=_INT, reasoning_effort=_STR,
+    ),
+    "OpenAICompletionRequest": _obj(
+        ("model", "prompt"), model=_STR, prompt=_STR, suffix=_STR, stream=_BOOL,
+        stream_options=_obj(include_usage=_BOOL), max_tokens=_INT, temperature=_NUM, top_p=_NUM, seed=_INT,
+        stop=_STR_OR_STRS, frequency_penalty=_NUM, presence_penalty=_NUM, logprobs=_INT,
+    ),
+    "OpenAIEmbeddingRequest": _obj(("model", "input"), model=_STR, input=_STR_OR_STRS,
+                                   encoding_format={"enum": ["float", "base64"]}, dimensions=_INT),
+    "AnthropicMessagesRequest": _obj(
+        ("model", "max_tokens", "messages"), model=_STR, max_tokens={**_INT, "minimum": 1},
+        messages={"type": "array", "items": _obj(("role", "content"), role={"enum": ["user", "assistant"]},
+                                                 content={"oneOf": [_STR, {"type": "array"}]})},
+        system={"oneOf": [_STR, {"type": "array"}]}, stream=_BOOL, temperature=_NUM, top_p=_NUM, top_k=_INT,
+        stop_sequences=_STRS, tools={"type": "array"}, thinking={"type": "object"},
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    method: str  # lower case, as OpenAPI spells it
+    path: str  # OpenAPI template: {digest}, {model}
+    summary: str
+    request: str | None = None  # a schema name in SCHEMAS (application/json body)
+    streams: str | None = None  # "ndjson" | "sse": the response may be a stream
+    raw_body: bool = False  # application/octet-stream body (blob upload)
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("get", "/", "Health check: `Ollama is running`"),
+    Operation("get", "/api/version", "Server version"),
+    Operation("post", "/api/generate", "Generate a completion", "GenerateRequest", "ndjson"),
+    Operation("post", "/api/chat", "Chat", "ChatRequest", "ndjson"),
+    Operation("post", "/api/embed", "Embeddings (batch, normalized)", "EmbedRequest"),
+    Operation("post", "/api/embeddings", "Embedding of one prompt (legacy)", "EmbeddingsRequest"),
+    Operation("get", "/api/ps", "Loaded models"),
+    Operation("get", "/api/tags", "Local models"),
+    Operation("post", "/api/show", "Model details", "ShowRequest"),
+    Operation("post", "/api/copy", "Copy a model", "CopyRequest"),
+    Operation("delete", "/api/delete", "Delete a model", "ModelRequest"),
+    Operation("head", "/api/blobs/{digest}", "Does the blob exist"),
+    Operation("post", "/api/blobs/{digest}", "Upload a blob (raw body, streamed; no size limit)", raw_body=True),
+    Operation("post", "/api/create", "Create a model", "CreateRequest", "ndjson"),
+    Operation("post", "/api/pull", "Pull a model from a registry", "TransferRequest", "ndjson"),
+    Operation("post", "/api/push", "Push a model to a registry", "TransferRequest", "ndjson"),
+    Operation("post", "/v1/chat/completions", "OpenAI chat completions", "OpenAIChatRequest", "sse"),
+    Operation("post", "/v1/completions", "OpenAI completions", "OpenAICompletionRequest", "sse"),
+    Operation("post", "/v1/embeddings", "OpenAI embeddings", "OpenAIEmbeddingRequest"),
+    Operation("get", "/v1/models", "OpenAI model list"),
+    Operation("get", "/v1/models/{model}", "OpenAI model"),
+    Operation("post", "/v1/messages", "Anthropic messages", "AnthropicMessagesRequest", "sse"),
+    Operation("get", "/metrics", "Prometheus metrics"),
+    Operation("get", "/openapi.json", "This document"),
+)
+
+
+def _parameters(path: str) -> list[dict[str, Any]]:
+    names = [part[1:-1] for part in path.split("/") if part.startswith("{") and part.endswith("}")]
+    return [{"name": n, "in": "path", "required": True, "schema": _STR} for n in names]
+
+
+def _error_responses(path: str) -> dict[str, Any]:
+    error = {"description": "error", "content": {"application/json": {"schema": _ref("Error")}}}
+    if path.startswith("/v1/"):  # OpenAI's / Anthropic's envelopes
+        error = {"description": "error", "content": {"application/json": {"schema": {"type": "object"}}}}
+    return {"4XX": error, "5XX": error}
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    ok: dict[str, Any] = {"description": "success"}
+    if op.method != "head":
+        content: dict[str, Any] = {"application/json": {"schema": {}}}
+        if op.streams == "ndjson":
+            content["application/x-ndjson"] = {"schema": {"type": "string"}}
+        elif op.streams == "sse":
+            content["text/event-stream"] = {"schema": {"type": "string"}}
+        ok["content"] = content
+    out: dict[str, Any] = {
+        "operationId": op.method + op.path.replace("/", "_").replace("{", "").replace("}", "").replace(".", "_"),
+        "summary": op.summary,
+        "responses": {"200": ok, **_error_responses(op.path)},
+    }
+    if params := _parameters(op.path):
+        out["parameters"] = params
+    if op.request is not None:
+        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.request)}}}
+    elif op.raw_body:
+        out["requestBody"] = {"required": True, "content": {"application/octet-stream": {
+            "schema": {"type": "string", "contentMediaType": "application/octet-stream"}}}}
+        out["responses"]["201"] = {"description": "created"}
+    return out
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document. Every GET also answers HEAD (aiohttp adds it), and says so here."""
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        item = paths.setdefault(op.path, {})
+        item[op.method] = _operation(op)
+        if op.method == "get":
+            head = _operation(Operation("head", op.path, op.summary))
+            head["operationId"] = "head" + item["get"]["operationId"][3:]
+            item["head"] = head
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "ollama-py", "version": __version__,
+                 "description": "Ollama's REST API (plus OpenAI- and Anthropic-compatible routes), served by "
+                                "ollama-py. Durations in responses are nanoseconds."},
+        "servers": [{"url": "http://127.0.0.1:11434"}],
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "only when the server sets OLLAMA_API_KEYS"}},
+        },
+    }
+
+
+@routes.get("/openapi.json")
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
