@@ -153,6 +153,16 @@ class LiveServer:
     def api(self, method: str, path: str, **kw: Any) -> requests.Response:
         return requests.request(method, self.url + path, timeout=kw.pop("timeout", 300), **kw)
 
+    def unload(self, model: str | None = None) -> None:
+        """Unload the model (keep_alive 0) and wait until /api/ps no longer lists it: its prompt cache is gone."""
+        name = model or self.model
+        self.api("POST", "/api/generate", json={"model": name, "keep_alive": 0})
+        deadline = time.monotonic() + 60
+        while any(m["name"] == name for m in self.api("GET", "/api/ps").json()["models"]):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} did not unload")
+            time.sleep(0.05)
+
 
 def upload_blob(url: str, path: Path) -> str:
     h = hashlib.sha256()

@@ -31,7 +31,8 @@ def test_message(client: anthropic.Anthropic, live_server: Any) -> None:
 
 
 def test_usage_and_text_equal_native_chat(client: anthropic.Anthropic, live_server: Any) -> None:
-    # Native first on a fresh prompt, so its prompt_eval_count is the whole prompt (no cached prefix).
+    # Native first, from a cold runner, so its prompt_eval_count is the whole prompt (no cached prefix).
+    live_server.unload()
     r = live_server.api("POST", "/api/chat", json={
         "model": live_server.model, "stream": False,
         "messages": [{"role": "system", "content": "You are terse, for the usage test."}, *HI],

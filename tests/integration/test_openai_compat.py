@@ -42,9 +42,10 @@ def test_chat_completion(client: openai.OpenAI, live_server: Any) -> None:
 
 
 def test_usage_and_text_equal_native_chat(client: openai.OpenAI, live_server: Any) -> None:
-    # Native first, on a prompt no earlier test sent: its prompt_eval_count is then the whole prompt (a cached
-    # prefix is left out of the native count, as Ollama's runner does; OpenAI usage always counts it all).
+    # Native first, from a cold runner: its prompt_eval_count is then the whole prompt (a cached prefix is left
+    # out of the native count, as Ollama's runner does; OpenAI usage always counts the whole prompt).
     messages = [{"role": "user", "content": "Say hello to the usage test."}]
+    live_server.unload()
     native = native_chat(live_server, messages, 16)
     resp = client.chat.completions.create(model=live_server.model, messages=messages, max_tokens=16, temperature=0,
                                           seed=7)

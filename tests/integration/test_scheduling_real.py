@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -22,9 +23,9 @@ def ps(url: str) -> list[dict]:
     return requests.get(url + "/api/ps", timeout=30).json()["models"]
 
 
-def gen(url: str, model: str, prompt: str, **opts) -> dict:
+def gen(url: str, model: str, prompt: str, raw: bool = False, **opts) -> dict:
     r = requests.post(url + "/api/generate", timeout=300, json={
-        "model": model, "prompt": prompt, "stream": False,
+        "model": model, "prompt": prompt, "stream": False, "raw": raw,
         "options": {"num_predict": 12, "temperature": 0, "seed": 1, **opts}})
     assert r.status_code == 200, r.text
     return r.json()
@@ -47,7 +48,10 @@ def two_models(tmp_path_factory):
     proc, url, _ = start_serve(tmp, {"OLLAMA_MAX_LOADED_MODELS": "1"})
     try:
         create_from_file(url, "smollm2:135m", smollm)
-        create_from_file(url, "gemma3:270m", gemma)
+        # This GGUF carries no chat template (llama-server would fall back to ChatML, which Gemma does not
+        # know): give it Ollama's gemma3 template, as `ollama create` with a TEMPLATE would.
+        template = (Path(__file__).resolve().parent.parent / "unit" / "templates" / "gemma3.gotmpl").read_text()
+        create_from_file(url, "gemma3:270m", gemma, template=template, parameters={"stop": ["<end_of_turn>"]})
         yield proc, url
     finally:
         stop_serve(proc)
@@ -77,7 +81,8 @@ def test_alternating_requests_swap_the_two_models(two_models):
     proc, url = two_models
     answers = {}
     for model in ("smollm2:135m", "gemma3:270m", "smollm2:135m", "gemma3:270m"):
-        out = gen(url, model, "What is the capital of France? Answer in one word.", num_predict=16)
+        # A plain completion prompt: the Gemma 3 270M on PyPI is a base model, not an instruction-tuned one.
+        out = gen(url, model, "The Eiffel Tower is in the city of", raw=True, num_predict=8)
         loaded = [m["name"] for m in ps(url)]
         assert loaded == [model]  # OLLAMA_MAX_LOADED_MODELS=1: the other one was evicted
         assert len(runner_pids(proc.pid)) == 1
