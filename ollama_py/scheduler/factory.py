@@ -179,8 +179,9 @@ def record_actual_memory(event: str, loaded: Any) -> None:
     if not devices:
         return
     total = sum(devices.values())
-    vram = sum(v for dev, v in devices.items() if dev != "CPU")
+    vram = sum(v for dev, v in devices.items() if dev != "CPU" and not dev.startswith("RPC"))
     loaded.extra["actual_size"], loaded.extra["actual_vram"] = total, vram
+    loaded.extra["devices"] = devices
     estimated = loaded.plan.size
     error = (estimated - total) / total * 100 if total else 0.0
     log.info("memory of %s: estimated %.1f MiB, llama-server allocated %.1f MiB (%+.1f%%), %.1f MiB on GPUs",

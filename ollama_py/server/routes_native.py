@@ -287,6 +287,8 @@ async def ps(request: web.Request) -> web.Response:
             "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram), "context_length": loaded.plan.context_length,
             "state": loaded.state, "queued": queued, "active": active,
         })
+        if loaded.extra.get("devices"):  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...
+            models[-1]["devices"] = loaded.extra["devices"]
     models.sort(key=lambda x: x["expires_at"], reverse=True)
     return web.json_response({"models": models})
 

@@ -63,6 +63,10 @@ def test_spread_output_equals_local_output(rpc_setup, live_server):
     assert len(runner) == 1
     cmd = runner[0].cmdline()
     assert cmd[cmd.index("--rpc") + 1] == ",".join(f"127.0.0.1:{p}" for p in ports)
+    # /api/ps shows the split: llama-server put layers on both workers
+    devices = requests.get(url + "/api/ps", timeout=30).json()["models"][0]["devices"]
+    for port in ports:
+        assert any(f"127.0.0.1:{port}" in name and size > 0 for name, size in devices.items()), devices
 
 
 def test_worker_lost_mid_generation_errors_then_recovers(rpc_setup):
