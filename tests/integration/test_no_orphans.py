@@ -105,14 +105,18 @@ class StreamInFlight:
 
     def __init__(self, url: str, body: dict[str, Any]) -> None:
         self.first_line = threading.Event()
+        self.last_line: dict[str, Any] | None = None  # None: the stream broke off without a last line
         self._thread = threading.Thread(target=self._run, args=(url, body), daemon=True)
         self._thread.start()
 
     def _run(self, url: str, body: dict[str, Any]) -> None:
         with contextlib.suppress(requests.RequestException):
             with requests.post(url + "/api/generate", json=body, stream=True, timeout=60) as resp:
-                for _ in resp.iter_lines():
+                for line in resp.iter_lines():
                     self.first_line.set()
+                    self.last_line = json.loads(line)
+                return
+        self.last_line = None
 
     def join(self) -> None:
         self._thread.join(60)
@@ -139,6 +143,8 @@ def test_serve_stopped_leaves_no_runner(how: str, tmp_path: Path, tiny_gguf: Pat
             assert [p for p in runners if not is_gone(p)] == []
             log = (tmp_path / "serve.log").read_text(errors="replace")
             assert log.count("cleaning up before exit") >= len(runners)
+            stream.join()  # and the stream in flight was ended with a final error line, not cut off
+            assert stream.last_line == {"error": "llama runner was stopped"}
         assert wait_gone(runners) == []
         stream.join()
     finally:
