@@ -106,6 +106,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         raise BadRequest(f'"{raw_name}" does not support generate')
     if images and "vision" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support vision')
+    _check_think(body, model, raw_name)
     if suffix and "insert" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support insert')
     opts = merged_options(request, model, body.get("options"))
@@ -135,6 +136,17 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 yield out
 
     return await _reply(request, body, events())
+
+
+def _check_think(body: dict[str, Any], model: Any, raw_name: str) -> None:
+    """think: true (or a level) on a model without thinking is refused, as Ollama does; false/absent is fine."""
+    think = body.get("think")
+    if think is None or think is False:
+        return
+    if not isinstance(think, (bool, str)) or (isinstance(think, str) and think not in ("low", "medium", "high", "max")):
+        raise BadRequest('think must be a boolean or one of "low", "medium", "high", "max"')
+    if "thinking" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support thinking')
 
 
 def _check_messages(messages: Any) -> list[dict[str, Any]]:
@@ -195,6 +207,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         raise BadRequest(f'"{raw_name}" does not support chat')
     if tools and "tools" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support tools')
+    _check_think(body, model, raw_name)
     if any(m.get("images") for m in messages) and "vision" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support vision')
     opts = merged_options(request, model, body.get("options"))
