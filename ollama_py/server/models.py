@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import math
 from typing import Any
 
@@ -15,6 +14,7 @@ from ollama_py.config import parse_duration
 from ollama_py.errors import BadRequest, ModelNotFound
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.keys import SETTINGS, STORE
+from ollama_py.store.models import rfc3339 as store_rfc3339
 
 
 async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
@@ -52,6 +52,5 @@ def keep_alive(body: dict[str, Any]) -> float | None:
 
 
 def rfc3339(ts: float) -> str:
-    if math.isinf(ts):
-        ts = 253402300799.0  # 9999-12-31T23:59:59Z: "forever", as far as a timestamp goes
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).astimezone().isoformat()
+    """store.models.rfc3339, with "forever" as the largest timestamp there is (9999-12-31T23:59:59Z)."""
+    return store_rfc3339(253402300799.0 if math.isinf(ts) else ts)

@@ -22,6 +22,7 @@ from ollama_py.server.keys import SCHEDULER, SETTINGS, STORE
 from ollama_py.server.requests import field, model_name, read_json
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.store.gguf_meta import model_info
+from ollama_py.store.models import rfc3339
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -87,19 +88,13 @@ async def show(request: web.Request) -> web.Response:
         "details": model.details,
         "model_info": model_info(info, verbose) if info else {},
         "capabilities": model.capabilities,
-        "modified_at": _rfc3339(model.modified_at),
+        "modified_at": rfc3339(model.modified_at),
     }
     if model.messages:
         out["messages"] = model.messages
     if verbose and info:
         out["tensors"] = [{"name": n, "type": t, "shape": s} for n, t, s in info.tensors]
     return web.json_response(out)
-
-
-def _rfc3339(ts: float) -> str:
-    from ollama_py.store.models import rfc3339
-
-    return rfc3339(ts)
 
 
 @routes.post("/api/copy")

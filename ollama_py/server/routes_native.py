@@ -284,6 +284,13 @@ async def embeddings_legacy(request: web.Request) -> web.Response:
     return web.json_response({"embedding": result.vectors[0]})
 
 
+def _expires_at(loaded: Any) -> float:
+    """Idle: when its keep-alive runs out. Busy: keep-alive counted from now (it restarts when idle)."""
+    if loaded.refcount == 0 or math.isinf(loaded.session_duration):
+        return loaded.expires_at if loaded.refcount == 0 else math.inf
+    return time.time() + loaded.session_duration
+
+
 @routes.get("/api/ps")
 async def ps(request: web.Request) -> web.Response:
     scheduler = request.app[SCHEDULER]
@@ -294,9 +301,7 @@ async def ps(request: web.Request) -> web.Response:
         models.append({
             "name": loaded.name, "model": loaded.name, "size": loaded.extra.get("actual_size", loaded.plan.size),
             "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
-            "expires_at": rfc3339(loaded.expires_at if loaded.refcount == 0 else math.inf
-                                  if math.isinf(loaded.session_duration) else time.time()
-                                  + loaded.session_duration),
+            "expires_at": rfc3339(_expires_at(loaded)),
             "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram), "context_length": loaded.plan.context_length,
             "state": loaded.state, "queued": queued, "active": active,
         })
