@@ -154,8 +154,12 @@ def default_scheduler(settings: Settings) -> Scheduler:
     except Exception as e:  # serve still starts; loading a model will say what is missing
         log.warning("%s", e)
 
-    def free_memory() -> int | None:
-        return None if gpus else gpu_probe.probe_system_memory().free
+    def free_memory(plan: LoadPlan) -> int | None:
+        """Free VRAM now (minus the reserved overhead) when the plan offloads, else available RAM."""
+        if plan.size_vram and gpus:
+            now = {g.uuid: g for g in gpu_probe.probe_gpus(dict(__import__("os").environ))}
+            return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
+        return gpu_probe.probe_system_memory().free
 
     scheduler = Scheduler(
         settings,

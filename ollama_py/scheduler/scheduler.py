@@ -6,7 +6,8 @@ slots, or an error. Every waiting request counts against OLLAMA_MAX_QUEUE, inclu
 model's slot (Ollama bounds only the load queue: its issue #7758).
 
 Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, pure), `runner_factory`
-(LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (bytes free for a new model, or None to skip the check).
+(LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (plan -> bytes free where that plan puts the model:
+VRAM when it offloads to GPUs, else RAM; None skips the check).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Scheduler:
         *,
         plan: Callable[[Any, dict[str, Any], bool], LoadPlan],
         runner_factory: Callable[[LoadPlan, str, Callable[[RunnerProcess], None]], RunnerProcess],
-        free_memory: Callable[[], int | None] = lambda: None,
+        free_memory: Callable[[LoadPlan], int | None] = lambda plan: None,
         gpu_count: int = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -212,8 +213,9 @@ class Scheduler:
                     continue
                 residents = [entry.resident() for entry in self.loaded.values() if not entry.unloading]
                 stopping = any(entry.unloading for entry in self.loaded.values())
-                free = self._free_memory()
-                if policy.must_evict(residents, self.max_runners, plan.size, free) or (
+                free = self._free_memory(plan)
+                need = plan.size_vram or plan.size
+                if policy.must_evict(residents, self.max_runners, need, free) or (
                         stopping and len(self.loaded) >= self.max_runners):
                     victim = policy.choose_victim(residents)
                     if victim is not None:
