@@ -27,7 +27,7 @@ class FakeModel:
 
 
 def make_scheduler(tmp_path: Path, fake_env: dict[str, str] | None = None, stop_grace: float | None = None,
-                   **settings_kw) -> Scheduler:
+                   free_memory=lambda plan: None, **settings_kw) -> Scheduler:
     settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path)}, **settings_kw)
     env = {**os.environ, **(fake_env or {})}
 
@@ -46,7 +46,7 @@ def make_scheduler(tmp_path: Path, fake_env: dict[str, str] | None = None, stop_
             runner.stop = lambda grace=stop_grace: original(grace)  # type: ignore[method-assign]
         return runner
 
-    return Scheduler(settings, plan=plan, runner_factory=factory)
+    return Scheduler(settings, plan=plan, runner_factory=factory, free_memory=free_memory)
 
 
 def model(tmp_path: Path, name: str) -> FakeModel:
@@ -271,5 +271,23 @@ async def test_unload_of_busy_model_waits_until_idle(tmp_path):
             assert await generate(loaded, 2) == "The quick"  # still serving its request
         await wait_for(lambda: not sched.loaded)
         assert await sched.unload(a) is False
+    finally:
+        await sched.shutdown()
+
+
+async def test_model_that_does_not_fit_evicts_an_idle_one_below_the_count_limit(tmp_path):
+    loaded_sizes: list[int] = []
+
+    def free_memory(plan):  # room for one 1000-byte model only
+        return 1500 - 1000 * len(loaded_sizes)
+
+    sched = make_scheduler(tmp_path, free_memory=free_memory, max_loaded_models=3)
+    sched.listeners.append(lambda event, l: loaded_sizes.append(1) if event == "loaded" else
+                           loaded_sizes.pop() if event in ("evicted", "unloaded") else None)
+    a, b = model(tmp_path, "a"), model(tmp_path, "b")
+    try:
+        await sched.load(a, {}, 600.0)
+        await sched.load(b, {}, 600.0)
+        assert [e.name for e in sched.loaded.values()] == ["b"]
     finally:
         await sched.shutdown()
