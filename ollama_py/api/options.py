@@ -50,6 +50,9 @@ OPTION_TYPES: Mapping[str, type] = MappingProxyType(
         "use_mmap": bool,
         "num_thread": int,
         "draft_num_predict": int,
+        # ours, not Ollama's: llama.cpp RPC workers ("host:port,host:port") for this model, overriding
+        # OLLAMA_RPC_SERVERS; "" means none (load locally)
+        "rpc_servers": str,
     }
 )
 
@@ -76,11 +79,13 @@ DEFAULT_OPTIONS: Mapping[str, int | float | bool | None] = MappingProxyType(
         "use_mmap": None,
         "num_thread": 0,
         "draft_num_predict": 4,
+        "rpc_servers": None,  # None: OLLAMA_RPC_SERVERS
     }
 )
 
 # Options fixed when llama-server starts; a change means a reload rather than a per-request field.
-LOAD_OPTIONS: frozenset[str] = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread"})
+LOAD_OPTIONS: frozenset[str] = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread",
+                                          "rpc_servers"})
 
 # Accepted by older Ollama releases; a Modelfile naming one still parses (with a warning) and it is ignored.
 DEPRECATED_PARAMETERS: frozenset[str] = frozenset(

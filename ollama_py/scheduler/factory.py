@@ -23,7 +23,7 @@ from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 
 log = logging.getLogger(__name__)
 
-_LOAD_KEYS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread")
+_LOAD_KEYS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread", "rpc_servers")
 
 
 @functools.lru_cache(maxsize=64)
@@ -56,8 +56,11 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     placement = memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
                              spread=settings.sched_spread, overhead=settings.gpu_overhead,
                              system_free=system_free)
+    rpc_servers = settings.rpc_servers
+    if options.get("rpc_servers") is not None:  # per request or Modelfile PARAMETER
+        rpc_servers = tuple(s.strip() for s in str(options["rpc_servers"]).split(",") if s.strip())
     n_gpu_layers = placement.n_gpu_layers
-    if settings.rpc_servers and num_gpu < 0:
+    if rpc_servers and num_gpu < 0:
         # RPC workers are devices to llama.cpp: offload every layer and let it split them across the workers
         # (and any local GPU) in proportion to their free memory.
         n_gpu_layers = shape.block_count + 1
@@ -76,7 +79,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         use_mmap=options.get("use_mmap"),
         main_gpu=placement.main_gpu if len(gpus) > 1 else None,
         tensor_split=tuple(placement.tensor_split or ()),
-        rpc_servers=settings.rpc_servers,
+        rpc_servers=rpc_servers,
     )
     key = "|".join([str(model.model_path), *map(str, model.adapters), "embed" if embedding else "gen"])
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}

@@ -84,3 +84,22 @@ def test_worker_lost_mid_generation_errors_then_recovers(rpc_setup):
     assert f"127.0.0.1:{ports[1]}" in rest[-1]["error"]
     again = requests.post(url + "/api/generate", json={"model": "smollm2:135m", **PROMPT}, timeout=300)
     assert again.status_code == 200 and again.json()["response"]
+
+
+def test_per_request_override_of_the_workers(rpc_setup):
+    url, proc, _, ports = rpc_setup
+
+    def runner_cmd():
+        runners = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                   if "llama-server" in " ".join(p.cmdline())]
+        return runners[0].cmdline() if runners else []
+
+    local = requests.post(url + "/api/generate", timeout=300, json={
+        "model": "smollm2:135m", **PROMPT, "options": {**PROMPT["options"], "rpc_servers": ""}}).json()
+    assert local["response"]
+    assert "--rpc" not in runner_cmd()  # "" means: load on this machine only
+    one = requests.post(url + "/api/generate", timeout=300, json={
+        "model": "smollm2:135m", **PROMPT, "options": {**PROMPT["options"], "rpc_servers": f"127.0.0.1:{ports[0]}"}})
+    assert one.status_code == 200
+    cmd = runner_cmd()
+    assert cmd[cmd.index("--rpc") + 1] == f"127.0.0.1:{ports[0]}"
