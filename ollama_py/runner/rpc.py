@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+import re
 import socket
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -62,3 +65,30 @@ def find_rpc_binary(variant_dir: Path) -> Path | None:
         if candidate.exists():
             return candidate
     return None
+
+
+_DEVICE_LINE = re.compile(r"^\s*RPC\d+:\s*(\S+)\s*\((\d+) MiB, (\d+) MiB free\)")
+
+
+def parse_list_devices(text: str) -> dict[str, tuple[int, int]]:
+    """`llama-server --rpc ... --list-devices` output -> {endpoint: (total bytes, free bytes)} for RPC devices."""
+    out: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        m = _DEVICE_LINE.match(line)
+        if m:
+            out[m.group(1)] = (int(m.group(2)) << 20, int(m.group(3)) << 20)
+    return out
+
+
+def worker_memory(llama_server: Path, endpoints: tuple[str, ...], timeout: float = 20.0) -> dict[str, tuple[int, int]]:
+    """Each reachable worker's memory, as llama.cpp sees it (it asks the workers over RPC)."""
+    if not endpoints:
+        return {}
+    try:
+        out = subprocess.run([str(llama_server), "--rpc", ",".join(endpoints), "--list-devices"],
+                             capture_output=True, text=True, timeout=timeout,
+                             env={**os.environ, "GGML_NO_BACKTRACE": "1"})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("could not ask RPC workers for their memory: %s", e)
+        return {}
+    return parse_list_devices(out.stdout + out.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,11 @@ def model_shape(path: Path) -> memory.ModelShape:
 
 
 def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int, model: Any,
-              options: dict[str, Any], embedding: bool) -> LoadPlan:
-    """How to load `model` for a request with these options: context, slots, GPU layers, memory."""
+              options: dict[str, Any], embedding: bool,
+              workers_free: Callable[[tuple[str, ...]], int] = lambda servers: 0) -> LoadPlan:
+    """How to load `model` for a request with these options: context, slots, GPU layers, memory.
+
+    workers_free(servers) is the free memory of those RPC workers: what they take off this machine."""
     shape = model_shape(model.model_path)
     num_ctx = int(options.get("num_ctx") or settings.context_length)
     num_ctx = max(num_ctx, 4)
@@ -84,7 +88,10 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     key = "|".join([str(model.model_path), *map(str, model.adapters), "embed" if embedding else "gen"])
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
-    return LoadPlan(key=key, spec=spec, load_options=load_options, size=placement.size,
+    size = placement.size
+    if rpc_servers:  # the workers hold what fits in their free memory; this machine holds the rest
+        size = max(size - workers_free(rpc_servers), 0)
+    return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,
                     size_vram=placement.size_vram, context_length=num_ctx)
 
 
@@ -164,9 +171,25 @@ def default_scheduler(settings: Settings) -> Scheduler:
             return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
         return gpu_probe.probe_system_memory().free
 
+    worker_cache: dict[tuple[str, ...], tuple[float, int]] = {}
+
+    def workers_free(servers: tuple[str, ...]) -> int:
+        """Free memory of the reachable RPC workers, asked at most every 30 s per set (plans are made often)."""
+        now = time.monotonic()
+        hit = worker_cache.get(servers)
+        if hit and now - hit[0] < 30:
+            return hit[1]
+        built = variants.built_variants(settings.runners_dir)
+        up, _ = rpc.reachable(servers, 0.5)
+        binary = next(iter(built.values()), None)
+        free = sum(f for _, f in rpc.worker_memory(binary, tuple(up)).values()) if binary and up else 0
+        worker_cache[servers] = (now, free)
+        return free
+
     scheduler = Scheduler(
         settings,
-        plan=lambda model, options, embedding: plan_load(settings, gpus, system.free, model, options, embedding),
+        plan=lambda model, options, embedding: plan_load(settings, gpus, system.free, model, options, embedding,
+                                                         workers_free),
         runner_factory=runner_factory(settings),
         free_memory=free_memory,
         gpu_count=len(gpus),

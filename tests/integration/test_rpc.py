@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -103,3 +104,15 @@ def test_per_request_override_of_the_workers(rpc_setup):
     assert one.status_code == 200
     cmd = runner_cmd()
     assert cmd[cmd.index("--rpc") + 1] == f"127.0.0.1:{ports[0]}"
+
+
+def test_a_workers_memory_is_read_for_the_plan(rpc_setup):
+    """The fit decision counts what the workers can hold: llama.cpp asks them for their memory."""
+    from ollama_py.runner.rpc import worker_memory
+
+    url, proc, _, ports = rpc_setup
+    binary = Path(os.environ.get("OLLAMA_PY_TEST_RUNNERS_DIR", "runners")) / "cpu_avx2" / "llama-server"
+    memory = worker_memory(binary, (f"127.0.0.1:{ports[0]}",))  # ports[1]'s worker was killed above
+    assert set(memory) == {f"127.0.0.1:{ports[0]}"}
+    total, free = memory[f"127.0.0.1:{ports[0]}"]
+    assert 0 < free <= total

@@ -74,3 +74,12 @@ def test_forced_variant_that_is_not_built_names_the_built_ones(tmp_path):
         assert "cuda" in str(e) and "cpu, cpu_avx2" in str(e)
     else:
         raise AssertionError("a missing forced variant must be refused")
+
+
+def test_list_devices_output_gives_each_workers_memory():
+    from ollama_py.runner.rpc import parse_list_devices
+
+    text = ("Available devices:\n  RPC0: 127.0.0.1:50081 (24105 MiB, 20000 MiB free)\n"
+            "  RPC1: 10.0.0.2:50052 (8192 MiB, 512 MiB free)\n  CPU: AMD EPYC (24105 MiB, 24105 MiB free)\n")
+    assert parse_list_devices(text) == {"127.0.0.1:50081": (24105 << 20, 20000 << 20),
+                                        "10.0.0.2:50052": (8192 << 20, 512 << 20)}
