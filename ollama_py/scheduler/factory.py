@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -171,20 +170,18 @@ def default_scheduler(settings: Settings) -> Scheduler:
             return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
         return gpu_probe.probe_system_memory().free
 
-    worker_cache: dict[tuple[str, ...], tuple[float, int]] = {}
+    worker_cache: dict[tuple[str, ...], int] = {}
 
     def workers_free(servers: tuple[str, ...]) -> int:
-        """Free memory of the reachable RPC workers, asked at most every 30 s per set (plans are made often)."""
-        now = time.monotonic()
-        hit = worker_cache.get(servers)
-        if hit and now - hit[0] < 30:
-            return hit[1]
-        built = variants.built_variants(settings.runners_dir)
-        up, _ = rpc.reachable(servers, 0.5)
-        binary = next(iter(built.values()), None)
-        free = sum(f for _, f in rpc.worker_memory(binary, tuple(up)).values()) if binary and up else 0
-        worker_cache[servers] = (now, free)
-        return free
+        """Free memory of the RPC workers, asked once per set of workers: a worker serves one client at a time,
+        so it cannot be asked again while a runner holds it (plans are made on every request)."""
+        if servers not in worker_cache:
+            built = variants.built_variants(settings.runners_dir)
+            up, _ = rpc.reachable(servers, 0.5)
+            binary = next(iter(built.values()), None)
+            memory = rpc.worker_memory(binary, tuple(up), timeout=5.0) if binary and up else {}
+            worker_cache[servers] = sum(free for _, free in memory.values())
+        return worker_cache[servers]
 
     scheduler = Scheduler(
         settings,

@@ -110,9 +110,15 @@ def test_a_workers_memory_is_read_for_the_plan(rpc_setup):
     """The fit decision counts what the workers can hold: llama.cpp asks them for their memory."""
     from ollama_py.runner.rpc import worker_memory
 
-    url, proc, _, ports = rpc_setup
-    binary = Path(os.environ.get("OLLAMA_PY_TEST_RUNNERS_DIR", "runners")) / "cpu_avx2" / "llama-server"
-    memory = worker_memory(binary, (f"127.0.0.1:{ports[0]}",))  # ports[1]'s worker was killed above
-    assert set(memory) == {f"127.0.0.1:{ports[0]}"}
-    total, free = memory[f"127.0.0.1:{ports[0]}"]
-    assert 0 < free <= total
+    env = {**os.environ, "OLLAMA_RUNNERS_DIR": os.environ.get("OLLAMA_PY_TEST_RUNNERS_DIR", "runners")}
+    port = free_port()
+    worker = start_worker(port, env)  # a worker no runner holds (one serves a single client at a time)
+    try:
+        binary = Path(env["OLLAMA_RUNNERS_DIR"]) / "cpu_avx2" / "llama-server"
+        memory = worker_memory(binary, (f"127.0.0.1:{port}",))
+        assert set(memory) == {f"127.0.0.1:{port}"}
+        total, free = memory[f"127.0.0.1:{port}"]
+        assert 0 < free <= total
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
