@@ -48,6 +48,9 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+PARTIAL_KEEP_SECONDS = 24 * 3600
+
+
 class BlobStore:
     """The blobs directory of one store root."""
 
@@ -179,8 +182,10 @@ class BlobStore:
                     continue
             elif not _STALE_NAME.match(entry.name):
                 continue  # not ours: leave files we do not understand alone
+            # A partial download younger than a day is kept so a pull resumes after a restart.
+            limit = min(cutoff, time.time() - PARTIAL_KEEP_SECONDS) if "-partial" in entry.name else cutoff
             try:
-                if not entry.is_file(follow_symlinks=False) or entry.stat().st_mtime > cutoff:
+                if not entry.is_file(follow_symlinks=False) or entry.stat().st_mtime > limit:
                     continue
                 os.unlink(entry.path)
             except FileNotFoundError:

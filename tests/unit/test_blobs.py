@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import hashlib
 import io
 import os
@@ -160,10 +163,21 @@ def test_prune_removes_unreferenced_and_stale_files(blobs: BlobStore) -> None:
     stale = ["sha256-tmp-x1y2", f"sha256-{'c' * 64}-partial", f"sha256-{'c' * 64}-partial-0"]
     for name in stale:
         (blobs.dir / name).write_bytes(b"junk")
+    old = time.time() - 2 * 24 * 3600  # partial downloads are kept for a day, to resume after a restart
+    for name in stale[1:]:
+        os.utime(blobs.dir / name, (old, old))
     (blobs.dir / "README").write_text("not ours")
     removed = blobs.prune({keep.replace(":", "-")})
     assert sorted(removed) == sorted([drop.replace(":", "-"), *stale])
     assert _files(blobs) == ["README", keep.replace(":", "-")]
+
+
+def test_prune_keeps_a_recent_partial_download(blobs: BlobStore) -> None:
+    partial = [f"sha256-{'d' * 64}-partial", f"sha256-{'d' * 64}-partial-0"]
+    for name in partial:
+        (blobs.dir.mkdir(parents=True, exist_ok=True) or blobs.dir / name).write_bytes(b"half")
+    assert blobs.prune(set()) == []
+    assert sorted(_files(blobs)) == sorted(partial)
 
 
 def test_prune_spares_recent_files_when_asked(blobs: BlobStore) -> None:
