@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import hashlib
 import io
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
