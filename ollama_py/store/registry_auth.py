@@ -20,11 +20,9 @@ Keys are a host[:port], optionally with a scheme and path ("https://host/v1/"). 
 (`credsStore`, `credHelpers`) are not consulted.
 
 registry.ollama.ai and hf.co answer a challenge with a token only when the token request is signed with
-the machine's ed25519 key (~/.ollama/id_ed25519): Ollama signs "GET,<token url>,<base64 of the hex sha256
-of an empty body>" and sends "<base64 public key>:<base64 signature>" with `ts` and `nonce` in the URL.
-Signing needs an ed25519 implementation, and this project has none (the `cryptography` package is not
-a dependency), so such a request goes out unsigned: public models still pull, but a push or a private pull
-from those registries fails with an error that says why.
+the machine's ed25519 key (~/.ollama/id_ed25519, created on first need): Ollama signs "GET,<token url>,<base64
+of the hex sha256 of an empty body>" and sends "<base64 public key>:<base64 signature>" with `ts` and `nonce`
+in the URL (store/signing.py).
 """
 
 from __future__ import annotations
@@ -33,7 +31,9 @@ import base64
 import binascii
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,11 +250,24 @@ class RegistryAuth:
         return header
 
     def _fetch_token(self, challenge: Challenge) -> str:
-        url = token_url(challenge)
         headers: dict[str, str] = {}
+        if self.host in SIGNING_HOSTS:
+            from ollama_py.store import signing
+
+            url = token_url(challenge, ts=int(time.time()),
+                            nonce=base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))
+            if urlsplit(url).hostname != urlsplit(f"https://{self.host}").hostname:
+                raise Unauthorized(f"unauthorized: token realm {urlsplit(url).netloc} is not {self.host}")
+            key = signing.load_or_create_key(self._key_path or signing.DEFAULT_KEY)
+            headers["Authorization"] = signing.token_request_authorization(key, url)
+            return self._request_token(url, headers)
+        url = token_url(challenge)
         creds = load_credentials(self.host, self._files)
         if creds is not None:
             headers["Authorization"] = "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
+        return self._request_token(url, headers)
+
+    def _request_token(self, url: str, headers: dict[str, str]) -> str:
         try:
             resp = self._session.get(url, headers=headers, timeout=self._timeout)
         except requests.RequestException as e:
@@ -276,6 +289,6 @@ class RegistryAuth:
     def _refused_message(self) -> str:
         if self.host in SIGNING_HOSTS:
             key = self._key_path or Path("~/.ollama/id_ed25519")
-            return (f"unauthorized: access denied ({self.host} only grants this with a token request signed by "
-                    f"{key}; ollama-py cannot sign it because no ed25519 implementation is installed)")
+            return (f"unauthorized: access denied ({self.host} refused the token request signed by {key}; "
+                    f"add {key}.pub to your account there)")
         return "unauthorized: access denied"
