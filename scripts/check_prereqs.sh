@@ -13,5 +13,8 @@ if ! command -v cmake >/dev/null; then echo "missing: CMake ($(hint_apt cmake cm
 if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null && ! command -v clang++ >/dev/null; then
   echo "missing: a C++ compiler ($(hint_apt g++ 'xcode-select --install'))" >&2; missing=1
 fi
+if ! command -v docker-registry >/dev/null || ! command -v htpasswd >/dev/null; then
+  echo "note: the push/pull tests need Debian's docker-registry and htpasswd ($(hint_apt 'docker-registry apache2-utils' 'distribution httpd'))" >&2
+fi
 if ! command -v ccache >/dev/null; then echo "note: ccache makes rebuilds faster ($(hint_apt ccache ccache))" >&2; fi
 exit $missing
