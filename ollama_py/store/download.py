@@ -50,7 +50,8 @@ from ollama_py.store.download_state import (
     write_part_state,
 )
 from ollama_py.store.manifests import Layer
-from ollama_py.store.registry import CONNECT_TIMEOUT, RegistryClient, RegistryStatusError, TransportError, describe
+from ollama_py.store.registry import (CONNECT_TIMEOUT, RegistryClient, RegistryStatusError, TransportError, describe,
+                                     transfer_progress)
 
 log = logging.getLogger(__name__)
 
@@ -198,20 +199,8 @@ class BlobDownload:
 
     def progress(self, cancel: threading.Event | None) -> Generator[dict[str, Any], None, None]:
         """Ollama's progress objects every PROGRESS_INTERVAL while bytes arrive, until done (or raise)."""
-        status = f"pulling {self.digest[7:19]}"
-        last = -1
-        while True:
-            done = self._done.wait(self.PROGRESS_INTERVAL)
-            if cancel is not None and cancel.is_set():
-                raise RequestCanceled()
-            if done and self.error is not None:
-                raise self.error
-            completed = self.total if done else self._completed
-            if completed != last:
-                last = completed
-                yield {"status": status, "digest": self.digest, "total": self.total, "completed": completed}
-            if done:
-                return
+        yield from transfer_progress(f"pulling {self.digest[7:19]}", self.digest, self.total, self._done,
+                                     lambda: self._completed, lambda: self.error, cancel, self.PROGRESS_INTERVAL)
 
     # -- the download thread ---------------------------------------------------------------------------------
 

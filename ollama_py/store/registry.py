@@ -22,7 +22,7 @@ import logging
 import platform
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from requests.adapters import HTTPAdapter
 
 from ollama_py import __version__
 from ollama_py.api.names import ModelName
-from ollama_py.errors import ModelNotFound, NotFound, OllamaError, RegistryError, Unauthorized
+from ollama_py.errors import ModelNotFound, NotFound, OllamaError, RegistryError, RequestCanceled, Unauthorized
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.store.manifests import MANIFEST_V2, InvalidManifest, Manifest
 from ollama_py.store.registry_auth import RegistryAuth
@@ -291,3 +291,23 @@ def push_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
         yield {"status": "pushing manifest"}
         client.put_manifest(name.tag, manifest.raw)
     yield {"status": "success"}
+
+
+def transfer_progress(status: str, digest: str, total: int, done: threading.Event, completed: Callable[[], int],
+                      error: Callable[[], BaseException | None], cancel: threading.Event | None,
+                      interval: float) -> Iterator[dict[str, Any]]:
+    """Ollama's progress objects for one blob transfer running in another thread, every `interval` while
+    bytes move, until it is done; its error (or a cancel) is raised here."""
+    last = -1
+    while True:
+        finished = done.wait(interval)
+        if cancel is not None and cancel.is_set():
+            raise RequestCanceled()
+        if finished and error() is not None:
+            raise error()  # type: ignore[misc]
+        now = total if finished else completed()
+        if now != last:
+            last = now
+            yield {"status": status, "digest": digest, "total": total, "completed": now}
+        if finished:
+            return

@@ -30,7 +30,7 @@ from ollama_py.errors import InvalidModelName, NotFound, OllamaError, RegistryEr
 from ollama_py.store.blobs import BlobStore, canonical_digest
 from ollama_py.store.download_state import MB, plan_parts
 from ollama_py.store.manifests import Layer
-from ollama_py.store.registry import RegistryClient, RegistryStatusError, TransportError
+from ollama_py.store.registry import RegistryClient, RegistryStatusError, TransportError, transfer_progress
 
 log = logging.getLogger(__name__)
 
@@ -104,21 +104,9 @@ class BlobUpload:
                 self._done.set()
 
         threading.Thread(target=work, name=f"push-{self.digest[7:19]}", daemon=True).start()
-        status = f"pushing {self.digest[7:19]}"
-        last = -1
         try:
-            while True:
-                done = self._done.wait(self.PROGRESS_INTERVAL)
-                if cancel is not None and cancel.is_set():
-                    raise RequestCanceled()
-                if done and self.error is not None:
-                    raise self.error
-                completed = self.total if done else self._completed
-                if completed != last:
-                    last = completed
-                    yield {"status": status, "digest": self.digest, "total": self.total, "completed": completed}
-                if done:
-                    return
+            yield from transfer_progress(f"pushing {self.digest[7:19]}", self.digest, self.total, self._done,
+                                         lambda: self._completed, lambda: self.error, cancel, self.PROGRESS_INTERVAL)
         finally:
             self._stop.set()
 
