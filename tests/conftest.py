@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import socket
@@ -165,15 +164,13 @@ class LiveServer:
 
 
 def upload_blob(url: str, path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    digest = f"sha256:{h.hexdigest()}"
-    if requests.head(f"{url}/api/blobs/{digest}", timeout=30).status_code != 200:
-        with open(path, "rb") as f:
-            r = requests.post(f"{url}/api/blobs/{digest}", data=f, timeout=300)
-        assert r.status_code in (200, 201), r.text
+    """Upload a file as a blob (skipped when the server has it) through our HTTP client; returns its digest."""
+    from ollama_py.client.client import Client, file_digest
+
+    client = Client(url)
+    digest = file_digest(path)
+    if not client.blob_exists(digest):
+        client.create_blob(digest, path)
     return digest
 
 
