@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,6 @@ import requests
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.app import create_app
-from ollama_py.server.keys import SETTINGS
 from tests.conftest import FAKE_SERVER, create_from_file, create_tiny_model, fake_runner_factory, make_settings, \
     required_path, start_serve, stop_serve, write_tiny_gguf
 from tests.integration.test_no_orphans import is_gone, runner_processes, start_fake_serve, wait_gone
