@@ -126,7 +126,7 @@ _RANGES: Mapping[str, tuple[float | None, float | None]] = MappingProxyType(
         "num_batch": (0, MAX_NUM_CTX),
         "num_gpu": (-1, None),
         "main_gpu": (0, None),
-        "num_thread": (0, None),
+        "num_thread": (0, 4096),
         "draft_num_predict": (0, None),
     }
 )

@@ -19,6 +19,7 @@ DESCRIPTIONS: dict[str, str] = {
     "OLLAMA_LLM_LIBRARY": "Set LLM library to bypass autodetection",
     "OLLAMA_GPU_OVERHEAD": "Reserve a portion of VRAM per GPU (bytes)",
     "OLLAMA_LOAD_TIMEOUT": 'How long to allow model loads to stall before giving up (default "5m")',
+    "OLLAMA_REQUEST_TIMEOUT": 'How long a runner may send nothing mid-request before it is replaced (default "10m")',
     "OLLAMA_RUNNERS_DIR": "Directory holding the llama-server builds (default: runners/ in the source tree)",
     "OLLAMA_API_KEYS": "Comma separated keys clients must send as Bearer tokens (default: none required)",
     "OLLAMA_RPC_SERVERS": "Comma separated llama.cpp RPC servers (host:port) to offload layers to",
@@ -30,7 +31,7 @@ SERVE_VARS = (
     "OLLAMA_DEBUG", "OLLAMA_HOST", "OLLAMA_CONTEXT_LENGTH", "OLLAMA_KEEP_ALIVE", "OLLAMA_MAX_LOADED_MODELS",
     "OLLAMA_MAX_QUEUE", "OLLAMA_MODELS", "OLLAMA_NUM_PARALLEL", "OLLAMA_NOPRUNE", "OLLAMA_ORIGINS",
     "OLLAMA_SCHED_SPREAD", "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_LLM_LIBRARY",
-    "OLLAMA_GPU_OVERHEAD", "OLLAMA_LOAD_TIMEOUT", "OLLAMA_RUNNERS_DIR", "OLLAMA_API_KEYS", "OLLAMA_RPC_SERVERS",
+    "OLLAMA_GPU_OVERHEAD", "OLLAMA_LOAD_TIMEOUT", "OLLAMA_REQUEST_TIMEOUT", "OLLAMA_RUNNERS_DIR", "OLLAMA_API_KEYS", "OLLAMA_RPC_SERVERS",
     "OLLAMA_PY_DATA_DIR",
 )  # fmt: skip
 

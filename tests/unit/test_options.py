@@ -74,7 +74,7 @@ def test_validate_options_drops_unknown_keys_with_a_warning(caplog: pytest.LogCa
         pytest.param({"num_ctx": MAX_NUM_CTX + 1}, 'option "num_ctx" must be between 0 and 16777216',
                      id="num-ctx-huge"),
         pytest.param({"num_batch": -512}, 'option "num_batch" must be between 0 and 16777216', id="num-batch-neg"),
-        pytest.param({"num_thread": -1}, 'option "num_thread" must be at least 0', id="num-thread-negative"),
+        pytest.param({"num_thread": -1}, 'option "num_thread" must be between 0 and 4096', id="num-thread-negative"),
         pytest.param({"temperature": -0.1}, 'option "temperature" must be at least 0', id="temperature-negative"),
         pytest.param({"top_p": 1.5}, 'option "top_p" must be between 0 and 1', id="top-p-above-one"),
         pytest.param({"top_p": -0.5}, 'option "top_p" must be between 0 and 1', id="top-p-negative"),
