@@ -20,10 +20,12 @@ from ollama_py.store.models import rfc3339 as store_rfc3339
 async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
     """The stored model, or 404 `model 'x' not found` with the name as the user wrote it."""
     store = request.app[STORE]
-    try:
-        model = await asyncio.to_thread(store.load, name)
-    except ModelNotFound:
-        raise ModelNotFound(raw) from None
+    model = store.peek(name)  # unchanged since last time: no thread hop, no file reads
+    if model is None:
+        try:
+            model = await asyncio.to_thread(store.load, name)
+        except ModelNotFound:
+            raise ModelNotFound(raw) from None
     current_stats().note_model(model)  # the access log and /metrics label requests with it
     return model
 

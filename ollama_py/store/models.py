@@ -125,12 +125,37 @@ class ModelStore:
         self.manifests = ManifestStore(self.root)
         self.lock = threading.RLock()
         self._info_cache: OrderedDict[str, GGUFInfo] = OrderedDict()
+        self._loaded: dict[tuple[str, str, str, str], tuple[Model, Path, tuple[int, int]]] = {}
         self._info_lock = threading.Lock()
 
     # -- reading -------------------------------------------------------------------------------------
 
+    def peek(self, name: ModelName) -> Model | None:
+        """The model last loaded under this name if its manifest file is unchanged (one stat), else None.
+
+        Cheap enough for the event loop: the inference routes look a model up on every request."""
+        hit = self._loaded.get(name.key())
+        if hit is None:
+            return None
+        model, path, stamp = hit
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return model if (st.st_mtime_ns, st.st_ino) == stamp else None
+
     def load(self, name: ModelName) -> Model:
         """The named model (case-insensitive); ModelNotFound when absent."""
+        model = self._load(name)
+        path = self.manifests.path(model.name)
+        try:
+            st = path.stat()
+            self._loaded[name.key()] = (model, path, (st.st_mtime_ns, st.st_ino))
+        except OSError:
+            pass
+        return model
+
+    def _load(self, name: ModelName) -> Model:
         stored = self.manifests.resolve(name)
         if stored is None:
             raise ModelNotFound(name.short)

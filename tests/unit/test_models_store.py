@@ -209,3 +209,23 @@ def test_prune_keeps_blobs_when_a_manifest_is_unreadable(writer: OllamaStoreWrit
     assert store.prune() == ["sha256-tmp-1"]
     assert store.blobs.exists(orphan)
     assert [m["name"] for m in store.list_models()] == ["a:latest"]
+
+
+def test_peek_returns_the_loaded_model_until_its_manifest_changes(tmp_path):
+    from tests.conftest import create_tiny_model, make_settings, write_tiny_gguf
+    from ollama_py.api.names import parse_name
+    from ollama_py.store.models import ModelStore
+
+    settings = make_settings(tmp_path)
+    gguf = write_tiny_gguf(tmp_path / "t.gguf")
+    create_tiny_model(settings, gguf, "peeky", system="one")
+    store = ModelStore(settings.models)
+    name = parse_name("Peeky")
+    assert store.peek(name) is None  # never loaded
+    first = store.load(name)
+    assert store.peek(name) is first and first.system == "one"
+    create_tiny_model(settings, gguf, "peeky", system="two")  # a new manifest under the same name
+    assert store.peek(name) is None
+    assert store.load(name).system == "two"
+    store.delete(name)
+    assert store.peek(name) is None
