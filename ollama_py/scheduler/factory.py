@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,7 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
     """Runner factory for the Scheduler: picks the variant order once per runner (bad marks are re-read)."""
     host = variants.probe_host()
     # ggml prints a gdb backtrace when it aborts: slow, and noise in the error a user sees.
-    env = {**(env if env is not None else __import__("os").environ), "GGML_NO_BACKTRACE": "1"}
+    env = {**(env if env is not None else os.environ), "GGML_NO_BACKTRACE": "1"}
     bad = variants.BadVariants(settings.data_dir / "bad-variants.json", settings.runners_dir)
 
     def factory(plan: LoadPlan, name: str, on_exit: Callable[[RunnerProcess], None]) -> RunnerProcess:
@@ -149,7 +150,7 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
 
 
 def default_scheduler(settings: Settings) -> Scheduler:
-    gpus = gpu_probe.probe_gpus(dict(__import__("os").environ))
+    gpus = gpu_probe.probe_gpus(dict(os.environ))
     system = gpu_probe.probe_system_memory()
     built = variants.built_variants(settings.runners_dir)
     try:
@@ -166,7 +167,7 @@ def default_scheduler(settings: Settings) -> Scheduler:
     def free_memory(plan: LoadPlan) -> int | None:
         """Free VRAM now (minus the reserved overhead) when the plan offloads, else available RAM."""
         if plan.size_vram and gpus:
-            now = {g.uuid: g for g in gpu_probe.probe_gpus(dict(__import__("os").environ))}
+            now = {g.uuid: g for g in gpu_probe.probe_gpus(dict(os.environ))}
             return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
         return gpu_probe.probe_system_memory().free
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 
 import ollama
 import pytest
@@ -166,5 +167,5 @@ def test_empty_prompt_loads_and_keep_alive_zero_unloads(client, live_server):
     for _ in range(100):
         if not any(m.name == live_server.model for m in client.ps().models):
             break
-        __import__("time").sleep(0.1)
+        time.sleep(0.1)
     assert not any(m.name == live_server.model for m in client.ps().models)
