@@ -94,17 +94,7 @@ def chat(client: Client, opts: RunOptions, out: TextIO | None = None) -> Reply:
                            plain=False, spinner=spinner, close=stream.close)
     finally:
         spinner.stop()
-    if reply.interrupted:
-        out.write("\n")
-        out.flush()
-        return reply
-    if opts.messages:
-        out.write("\n\n")
-        out.flush()
-    if opts.verbose:
-        sys.stderr.write(metrics_summary(reply.final))
-        sys.stderr.flush()
-    return reply
+    return _finish(reply, out, bool(opts.messages), opts.verbose)
 
 
 def generate(client: Client, opts: RunOptions, out: TextIO | None = None) -> Reply:
@@ -121,14 +111,19 @@ def generate(client: Client, opts: RunOptions, out: TextIO | None = None) -> Rep
                            hide_thinking=opts.hide_thinking, plain=not tty, spinner=spinner, close=stream.close)
     finally:
         spinner.stop()
+    return _finish(reply, out, bool(opts.prompt), opts.verbose)
+
+
+def _finish(reply: Reply, out: TextIO, asked: bool, verbose: bool) -> Reply:
+    """After an answer: a newline (two after a complete answer), then --verbose's timing lines."""
     if reply.interrupted:
         out.write("\n")
         out.flush()
         return reply
-    if opts.prompt:
+    if asked:
         out.write("\n\n")
         out.flush()
-    if opts.verbose and reply.final:
+    if verbose and reply.final:
         sys.stderr.write(metrics_summary(reply.final))
         sys.stderr.flush()
     return reply

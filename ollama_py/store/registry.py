@@ -238,12 +238,7 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
         except OllamaError as e:
             raise RegistryError(f"pull model manifest: {e}") from None
 
-        seen: set[str] = set()
-        for layer in (*manifest.layers, manifest.config):
-            digest = canonical_digest(layer.digest)
-            if digest in seen:
-                continue
-            seen.add(digest)
+        for layer in distinct_blobs(manifest):
             yield from download_blob(client, store.blobs, layer, cancel=cancel)
 
     # Every blob was hashed before it got its name (download.py), so this step only says so.
@@ -265,6 +260,18 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
     yield {"status": "success"}
 
 
+def distinct_blobs(manifest: Manifest) -> list[Any]:
+    """The layers and then the config, each blob once (a manifest may name the same blob twice)."""
+    seen: set[str] = set()
+    out = []
+    for layer in (*manifest.layers, manifest.config):
+        digest = canonical_digest(layer.digest)
+        if digest not in seen:
+            seen.add(digest)
+            out.append(layer)
+    return out
+
+
 # -- push ---------------------------------------------------------------------------------------------------
 
 
@@ -281,12 +288,7 @@ def push_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
         except ModelNotFound:
             yield {"status": "couldn't retrieve manifest"}
             raise
-        seen: set[str] = set()
-        for layer in (*manifest.layers, manifest.config):
-            digest = canonical_digest(layer.digest)
-            if digest in seen:
-                continue
-            seen.add(digest)
+        for layer in distinct_blobs(manifest):
             yield from upload_blob(client, store.blobs, layer, cancel=cancel)
         yield {"status": "pushing manifest"}
         client.put_manifest(name.tag, manifest.raw)
