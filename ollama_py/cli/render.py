@@ -136,6 +136,24 @@ def processor(size: int, size_vram: int) -> str:
     return f"{cpu}%/{100 - cpu}% CPU/GPU"
 
 
+def device_split(devices: Mapping[str, int] | None) -> str | None:
+    """PROCESSOR for a model spread over RPC workers: "12%/88% CPU/RPC" (GPU too when one holds a part);
+    None when no RPC worker holds any of it (the plain CPU/GPU column applies)."""
+    if not devices:
+        return None
+    parts = {"CPU": 0, "GPU": 0, "RPC": 0}
+    for name, size in devices.items():
+        kind = "CPU" if name == "CPU" else "RPC" if name.startswith("RPC") else "GPU"
+        parts[kind] += max(int(size), 0)
+    total = sum(parts.values())
+    if not parts["RPC"] or not total:
+        return None
+    shown = [(k, v) for k, v in parts.items() if v]
+    percents = [round(v / total * 100) for _, v in shown]
+    percents[-1] = 100 - sum(percents[:-1])
+    return "/".join(f"{p}%" for p in percents) + " " + "/".join(k for k, _ in shown)
+
+
 def until(expires_at: dt.datetime | None, now: dt.datetime) -> str:
     """The UNTIL column of `ps`: "4 minutes from now", "Forever", "Stopping..." once the time has passed."""
     if expires_at is not None and expires_at < now:
@@ -173,7 +191,8 @@ def list_table(models: Sequence[Mapping[str, Any]], now: dt.datetime, prefix: st
 def ps_table(models: Sequence[Mapping[str, Any]], now: dt.datetime, prefix: str = "") -> str:
     rows = [
         [m.get("name", ""), _short_id(m.get("digest", "")), human_bytes(m.get("size", 0)),
-         processor(m.get("size", 0), m.get("size_vram", 0)), str(m.get("context_length", 0)),
+         device_split(m.get("devices")) or processor(m.get("size", 0), m.get("size_vram", 0)),
+         str(m.get("context_length", 0)),
          until(parse_time(m.get("expires_at")), now)]
         for m in models if m.get("model", m.get("name", "")).startswith(prefix)
     ]

@@ -68,6 +68,11 @@ def test_spread_output_equals_local_output(rpc_setup, live_server):
     devices = requests.get(url + "/api/ps", timeout=30).json()["models"][0]["devices"]
     for port in ports:
         assert any(f"127.0.0.1:{port}" in name and size > 0 for name, size in devices.items()), devices
+    # and `ollama-py ps` shows it in the PROCESSOR column
+    host = url.removeprefix("http://")
+    out = subprocess.run([sys.executable, "-m", "ollama_py", "ps"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "OLLAMA_HOST": host})
+    assert out.returncode == 0 and "RPC" in out.stdout.splitlines()[1], out.stdout
 
 
 def test_worker_lost_mid_generation_errors_then_recovers(rpc_setup):

@@ -203,3 +203,18 @@ def test_metrics_summary_leaves_out_zero_values() -> None:
     assert metrics_summary({"total_duration": 2_000_000_000, "eval_count": 3}) == (
         "total duration:       2s\neval count:           3 token(s)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("devices", "text"),
+    [({"CPU": 10, "RPC0[127.0.0.1:50052]": 45, "RPC1[127.0.0.1:50053]": 45}, "10%/90% CPU/RPC"),
+     ({"RPC0[a:1]": 50, "RPC1[b:2]": 50}, "100% RPC"),
+     ({"CPU": 20, "CUDA0": 40, "RPC0[a:1]": 40}, "20%/40%/40% CPU/GPU/RPC"),
+     ({"CPU": 100}, None),
+     (None, None)],
+    ids=["cpu-and-two-workers", "workers-only", "cpu-gpu-worker", "no-rpc", "no-devices"],
+)
+def test_processor_column_for_rpc_split(devices, text) -> None:
+    from ollama_py.cli.render import device_split
+
+    assert device_split(devices) == text
