@@ -69,6 +69,12 @@ def field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default
     return value
 
 
+def requested_model(body: dict[str, Any]) -> tuple[ModelName, str]:
+    """The model a request names: parsed, and as the user wrote it (error texts quote it that way)."""
+    name = model_name(body)
+    return name, body.get("model") or body.get("name")
+
+
 def model_name(body: dict[str, Any], key: str = "model") -> ModelName:
     """The model named in a request (legacy "name" accepted), parsed; 400 when missing or invalid."""
     raw = field(body, key, str) or (field(body, "name", str) if key == "model" else None)

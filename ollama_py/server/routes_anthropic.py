@@ -19,7 +19,7 @@ from ollama_py.server import anthropic_translate as ant
 from ollama_py.server.completion import CompletionRequest, Delta, run_completion
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.models import find_model, keep_alive, merged_options
-from ollama_py.server.requests import model_name, read_json
+from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import collect, sse
 
@@ -28,8 +28,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
     params = ant.parse_messages(body)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
     caps = model.capabilities

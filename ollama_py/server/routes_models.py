@@ -19,7 +19,8 @@ from ollama_py.api.options import format_params
 from ollama_py.errors import BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
 from ollama_py.server.keys import SCHEDULER, SETTINGS, STORE
-from ollama_py.server.requests import field, model_name, read_json
+from ollama_py.server.models import find_model
+from ollama_py.server.requests import field, model_name, read_json, requested_model
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.store.gguf_meta import model_info
 from ollama_py.store.models import rfc3339
@@ -64,14 +65,10 @@ async def tags(request: web.Request) -> web.Response:
 @routes.post("/api/show")
 async def show(request: web.Request) -> web.Response:
     body = await read_json(request)
-    name = model_name(body)
-    raw = body.get("model") or body.get("name")
+    name, raw = requested_model(body)
     verbose = field(body, "verbose", bool, False)
     store = request.app[STORE]
-    try:
-        model = await asyncio.to_thread(store.load, name)
-    except ModelNotFound:
-        raise ModelNotFound(raw) from None
+    model = await find_model(request, name, raw)
     system = field(body, "system", str) or model.system
     template = field(body, "template", str) or model.template
     info = model.info if model.info is not None else (
@@ -123,18 +120,13 @@ async def copy(request: web.Request) -> web.Response:
 @routes.delete("/api/delete")
 async def delete(request: web.Request) -> web.Response:
     body = await read_json(request)
-    name = model_name(body)
-    raw = body.get("model") or body.get("name")
-    store = request.app[STORE]
-    try:
-        model = await asyncio.to_thread(store.load, name)
-    except ModelNotFound:
-        raise ModelNotFound(raw) from None
+    name, raw = requested_model(body)
+    model = await find_model(request, name, raw)
     scheduler = request.app.get(SCHEDULER)
     if scheduler is not None and model.model_path is not None:
         await scheduler.unload(model)
         await scheduler.wait_unloaded(model)
-    await asyncio.to_thread(store.delete, name)
+    await asyncio.to_thread(request.app[STORE].delete, name)
     return web.Response(status=200)
 
 

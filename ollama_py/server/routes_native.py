@@ -17,7 +17,7 @@ from ollama_py.server.completion import CompletionRequest, Delta, Final, run_com
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
-from ollama_py.server.requests import field, model_name, read_json
+from ollama_py.server.requests import field, read_json, requested_model
 from ollama_py.server.streaming import collect, ndjson, now_rfc3339
 
 routes = web.RouteTableDef()
@@ -84,8 +84,7 @@ def _merge(items: list[dict[str, Any]]) -> dict[str, Any]:
 async def generate(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     prompt = field(body, "prompt", str, "")
     system = field(body, "system", str)
     template = field(body, "template", str)
@@ -197,8 +196,7 @@ def chat_messages(model: Any, messages: list[dict[str, Any]]) -> list[dict[str, 
 async def chat(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     messages = _check_messages(body.get("messages"))
     tools = _check_tools(body.get("tools"))
     ka = keep_alive(body)
@@ -241,8 +239,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
 async def embed(request: web.Request) -> web.Response:
     started = time.perf_counter()
     body = await read_json(request)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     inputs = body.get("input")
     if inputs is None or inputs == "":
         inputs = []
@@ -269,8 +266,7 @@ async def embed(request: web.Request) -> web.Response:
 @routes.post("/api/embeddings")
 async def embeddings_legacy(request: web.Request) -> web.Response:
     body = await read_json(request)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     prompt = field(body, "prompt", str, "")
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)

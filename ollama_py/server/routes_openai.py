@@ -25,7 +25,7 @@ from ollama_py.server import openai_translate as oai
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.keys import SCHEDULER, STORE
 from ollama_py.server.models import find_model, keep_alive, merged_options
-from ollama_py.server.requests import model_name, read_json
+from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_anthropic import messages as anthropic_messages
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import collect, sse
@@ -52,8 +52,7 @@ def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     params = oai.parse_chat(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
@@ -102,8 +101,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def completions(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     params = oai.parse_completion(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
@@ -153,8 +151,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 @routes.post("/v1/embeddings")
 async def create_embeddings(request: web.Request) -> web.Response:
     body = await read_json(request)
-    name = model_name(body)
-    raw_name = body.get("model") or body.get("name")
+    name, raw_name = requested_model(body)
     params = oai.parse_embedding(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)

@@ -11,20 +11,10 @@ from typing import Any
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.prometheus_scrape import Scrape
 
 pytestmark = pytest.mark.integration
-
-
-class Scrape:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
-
-    def value(self, name: str, /, **labels: str) -> float:
-        """The sum of the samples called `name` whose labels include `labels` (0 when none)."""
-        return sum(s.value for s in self.samples
-                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def scrape(live_server: Any) -> Scrape:

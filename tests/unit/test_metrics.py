@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from ollama_py.estimate.gpus import GpuInfo
 from ollama_py.scheduler.factory import plan_load
@@ -20,27 +19,12 @@ from ollama_py.server.app import create_app
 from ollama_py.server.keys import METRICS, SCHEDULER
 from ollama_py.server.metrics import Metrics, relabel
 from tests.conftest import create_tiny_model, fake_runner_factory, make_settings, write_tiny_gguf
+from tests.prometheus_scrape import Scrape
 
 MODEL = "tiny:latest"
 GEN = {"endpoint": "/api/generate", "method": "POST", "model": MODEL}
 TEST_GPU = GpuInfo(index=0, uuid="GPU-0f1e2d3c", name="Test GPU", library="cuda", total=8 << 30, free=6 << 30,
                    compute="8.9", driver="550.54")
-
-
-class Scrape:
-    """One parsed /metrics exposition."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
-
-    def value(self, name: str, /, **labels: str) -> float:
-        """The sum of the samples called `name` whose labels include `labels` (0 when none)."""
-        return sum(s.value for s in self.samples
-                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
-
-    def series(self, name: str) -> list[dict[str, str]]:
-        return [s.labels for s in self.samples if s.name == name]
 
 
 async def scrape(client: Any) -> Scrape:
