@@ -117,7 +117,7 @@ class VariantRunner(RunnerProcess):
                 if not (variants.is_sigill(self.returncode) and len(self.candidates) > 1):
                     raise
                 failed = self.candidates.pop(0)[0]
-                reason = f"llama-server died with SIGILL (illegal instruction) on this CPU"
+                reason = "llama-server died with SIGILL (illegal instruction) on this CPU"
                 self._bad.mark(failed, reason)
                 log.warning("runner variant %s: %s; falling back to %s", failed, reason, self.variant)
                 self.reset()
