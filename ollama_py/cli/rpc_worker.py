@@ -3,13 +3,20 @@ this one (OLLAMA_RPC_SERVERS=host:port,... on the serving side)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import click
 
 from ollama_py.config import Settings
-from ollama_py.runner import rpc, variants
+from ollama_py.runner import process, rpc, rpc_cap, variants
 
 WARNING = ("Warning: the RPC protocol has no authentication or encryption; anyone who can reach {addr} can use "
            "this machine's memory and run graphs on it. Bind to 127.0.0.1 and use an SSH tunnel or WireGuard.")
@@ -19,10 +26,15 @@ WARNING = ("Warning: the RPC protocol has no authentication or encryption; anyon
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback unless you mean it).")
 @click.option("--port", default=50052, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
 @click.option("--threads", type=click.IntRange(1, 1024), help="CPU threads for the worker's CPU device.")
+@click.option("--mem", type=click.IntRange(1), metavar="MB",
+              help="Memory cap in MiB: the worker reports at most this much and refuses allocations beyond it.")
 @click.option("--cache", is_flag=True, help="Keep a local cache of received tensors (llama.cpp's -c).")
-def rpc_worker(host: str, port: int, threads: int | None, cache: bool) -> None:
+def rpc_worker(host: str, port: int, threads: int | None, mem: int | None, cache: bool) -> None:
     """Start llama.cpp's RPC server (built beside llama-server by scripts/build_runners.sh) with the same runner
     variant selection as model runners, in the foreground. Stop it with Ctrl-C.
+
+    With --mem, the RPC server listens on a private loopback port behind a relay that holds it to MB MiB, so
+    the serving machine puts fewer layers here.
 
     On the serving machine: OLLAMA_RPC_SERVERS=THIS_HOST:PORT ollama-py serve
     """
@@ -39,6 +51,53 @@ def rpc_worker(host: str, port: int, threads: int | None, cache: bool) -> None:
         raise click.ClickException(f"no RPC server binary in {settings.runners_dir}; run scripts/build_runners.sh")
     if not rpc.is_loopback(host):
         click.echo(WARNING.format(addr=f"{host}:{port}"), err=True)
-    argv = rpc.worker_argv(binary, host=host, port=port, threads=threads, cache=cache)
-    sys.stdout.flush()
-    os.execv(argv[0], argv)
+    if mem is None:
+        argv = rpc.worker_argv(binary, host=host, port=port, threads=threads, cache=cache)
+        sys.stdout.flush()
+        os.execv(argv[0], argv)
+    _serve_capped(binary, host, port, threads, cache, mem)
+
+
+def _serve_capped(binary: Path, host: str, port: int, threads: int | None, cache: bool, mem: int) -> None:
+    inner = process.free_port()
+    argv = rpc.worker_argv(binary, host="127.0.0.1", port=inner, threads=threads, cache=cache)
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=process.pdeathsig_preexec)
+    try:
+        _wait_listening(child, inner)
+        click.echo(f"rpc-worker: serving {host}:{port} with a memory cap of {mem} MiB", err=True)
+        asyncio.run(_relay_until_signal(host, port, inner, mem << 20, child))
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(5)
+            child.kill()
+        child.wait()
+
+
+def _wait_listening(child: subprocess.Popen, port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise click.ClickException(f"the RPC server exited with status {child.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise click.ClickException(f"the RPC server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+async def _relay_until_signal(host: str, port: int, inner: int, cap: int, child: subprocess.Popen) -> None:
+    try:
+        server = await rpc_cap.serve(host, port, ("127.0.0.1", inner), cap)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        while not stop.is_set() and child.poll() is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+    if child.poll() is not None and not stop.is_set():
+        raise click.ClickException(f"the RPC server exited with status {child.returncode}")

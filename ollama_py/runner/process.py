@@ -65,7 +65,7 @@ def _pdeathsig_preexec() -> Callable[[], None] | None:
     return preexec
 
 
-_PREEXEC = _pdeathsig_preexec()
+pdeathsig_preexec = _pdeathsig_preexec()
 
 
 class RunnerProcess:
@@ -176,7 +176,7 @@ class RunnerProcess:
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
                 start_new_session=True,
-                preexec_fn=_PREEXEC,
+                preexec_fn=pdeathsig_preexec,
             )
         except OSError as e:
             self._failure = f"error starting llama-server: {e}"

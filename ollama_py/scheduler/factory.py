@@ -38,10 +38,10 @@ def model_shape(path: Path) -> memory.ModelShape:
 
 def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int, model: Any,
               options: dict[str, Any], embedding: bool,
-              workers_free: Callable[[tuple[str, ...]], int] = lambda servers: 0) -> LoadPlan:
+              workers_free: Callable[[tuple[str, ...]], dict[str, int]] = lambda servers: {}) -> LoadPlan:
     """How to load `model` for a request with these options: context, slots, GPU layers, memory.
 
-    workers_free(servers) is the free memory of those RPC workers: what they take off this machine."""
+    workers_free(servers) is the free memory of each of those RPC workers that answered ({endpoint: bytes})."""
     shape = model_shape(model.model_path)
     num_ctx = int(options.get("num_ctx") or settings.context_length)
     num_ctx = max(num_ctx, 4)
@@ -64,10 +64,23 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     if options.get("rpc_servers") is not None:  # per request or Modelfile PARAMETER
         rpc_servers = tuple(s.strip() for s in str(options["rpc_servers"]).split(",") if s.strip())
     n_gpu_layers = placement.n_gpu_layers
-    if rpc_servers and num_gpu < 0:
-        # RPC workers are devices to llama.cpp: offload every layer and let it split them across the workers
-        # (and any local GPU) in proportion to their free memory.
-        n_gpu_layers = shape.block_count + 1
+    size, size_vram = placement.size, placement.size_vram
+    tensor_split = tuple(placement.tensor_split or ())
+    if rpc_servers:
+        workers = workers_free(rpc_servers)
+        if not gpus and len(workers) == len(rpc_servers):
+            # RPC workers are devices to llama.cpp (listed first): place layers on them like on GPUs, spread
+            # by free memory, and keep on this machine what does not fit there.
+            devices = [gpu_probe.GpuInfo(i, endpoint, f"RPC{i}", "rpc", workers[endpoint], workers[endpoint], "", "")
+                       for i, endpoint in enumerate(rpc_servers)]
+            on_workers = memory.place(est, devices, num_gpu=num_gpu, spread=True, system_free=system_free)
+            n_gpu_layers, size, size_vram = on_workers.n_gpu_layers, on_workers.host_bytes, 0
+            tensor_split = tuple(on_workers.tensor_split or ())
+        elif num_gpu < 0:
+            # Memory of a worker unknown, or local GPUs too: offload every layer and let llama.cpp split them
+            # over all devices by their free memory; the workers take what they report off this machine.
+            n_gpu_layers = shape.block_count + 1
+            size = max(size - sum(workers.values()), 0)
     spec = LaunchSpec(
         model=model.model_path,
         num_ctx=num_ctx,
@@ -82,17 +95,14 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         embedding=embedding,
         use_mmap=options.get("use_mmap"),
         main_gpu=placement.main_gpu if len(gpus) > 1 else None,
-        tensor_split=tuple(placement.tensor_split or ()),
+        tensor_split=tensor_split,
         rpc_servers=rpc_servers,
     )
     key = "|".join([str(model.model_path), *map(str, model.adapters), "embed" if embedding else "gen"])
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
-    size = placement.size
-    if rpc_servers:  # the workers hold what fits in their free memory; this machine holds the rest
-        size = max(size - workers_free(rpc_servers), 0)
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,
-                    size_vram=placement.size_vram, context_length=num_ctx)
+                    size_vram=size_vram, context_length=num_ctx)
 
 
 class VariantRunner(RunnerProcess):
@@ -142,7 +152,8 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
                 raise RunnerLoadError(f"no RPC worker is reachable: {', '.join(down)}")
             if down:
                 log.warning("RPC workers unreachable, loading %s without them: %s", name, ", ".join(down))
-            spec = dataclasses.replace(spec, rpc_servers=tuple(up))
+            # a split planned for the workers that answered no longer applies
+            spec = dataclasses.replace(spec, rpc_servers=tuple(up), tensor_split=() if down else spec.tensor_split)
         return VariantRunner(spec, candidates, bad, name=name, env=env, load_timeout=settings.load_timeout,
                              on_exit=on_exit)
 
@@ -171,9 +182,9 @@ def default_scheduler(settings: Settings) -> Scheduler:
             return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
         return gpu_probe.probe_system_memory().free
 
-    worker_cache: dict[tuple[str, ...], int] = {}
+    worker_cache: dict[tuple[str, ...], dict[str, int]] = {}
 
-    def workers_free(servers: tuple[str, ...]) -> int:
+    def workers_free(servers: tuple[str, ...]) -> dict[str, int]:
         """Free memory of the RPC workers, asked once per set of workers: a worker serves one client at a time,
         so it cannot be asked again while a runner holds it (plans are made on every request)."""
         if servers not in worker_cache:
@@ -181,7 +192,7 @@ def default_scheduler(settings: Settings) -> Scheduler:
             up, _ = rpc.reachable(servers, 0.5)
             binary = next(iter(built.values()), None)
             memory = rpc.worker_memory(binary, tuple(up), timeout=5.0) if binary and up else {}
-            worker_cache[servers] = sum(free for _, free in memory.values())
+            worker_cache[servers] = {endpoint: free for endpoint, (_, free) in memory.items()}
         return worker_cache[servers]
 
     scheduler = Scheduler(

@@ -22,9 +22,11 @@ PROMPT = {"prompt": "The capital of France is", "raw": True, "stream": False,
           "options": {"num_predict": 12, "temperature": 0, "seed": 3}}
 
 
-def start_worker(port: int, env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "ollama_py", "rpc-worker", "--port", str(port), "--threads", "1"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+def start_worker(port: int, env: dict[str, str], mem_mib: int | None = None) -> subprocess.Popen:
+    cap = ["--mem", str(mem_mib)] if mem_mib else []
+    proc = subprocess.Popen([sys.executable, "-m", "ollama_py", "rpc-worker", "--port", str(port), "--threads", "1",
+                             *cap], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if any(c.laddr.port == port for c in psutil.net_connections("tcp") if c.status == "LISTEN"):
@@ -127,3 +129,57 @@ def test_a_workers_memory_is_read_for_the_plan(rpc_setup):
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
+
+
+@pytest.fixture(scope="module")
+def capped_workers():
+    """Two workers held to 30 MiB and 300 MiB: SmolLM2 (~100 MB) cannot sit evenly on them."""
+    env = {**os.environ, "OLLAMA_RUNNERS_DIR": os.environ.get("OLLAMA_PY_TEST_RUNNERS_DIR", "runners")}
+    ports = [free_port(), free_port()]
+    workers = [start_worker(ports[0], env, 30), start_worker(ports[1], env, 300)]
+    try:
+        yield [f"127.0.0.1:{p}" for p in ports]
+    finally:
+        for w in workers:
+            os.killpg(w.pid, signal.SIGKILL)
+            w.wait()
+
+
+def test_a_worker_reports_its_memory_cap(capped_workers):
+    from ollama_py.runner.rpc import worker_memory
+
+    binary = Path(os.environ.get("OLLAMA_PY_TEST_RUNNER", "runners/cpu_avx2/llama-server"))
+    memory = worker_memory(binary, tuple(capped_workers))
+    assert memory == {capped_workers[0]: (30 << 20, 30 << 20), capped_workers[1]: (300 << 20, 300 << 20)}
+
+
+def test_memory_caps_force_an_uneven_split_with_the_same_output(capped_workers, live_server, tmp_path):
+    model = required_path("OLLAMA_PY_TEST_MODEL")
+    proc, url, _ = start_serve(tmp_path, {"OLLAMA_RPC_SERVERS": ",".join(capped_workers)})
+    try:
+        create_from_file(url, "smollm2:135m", model)
+        spread = requests.post(url + "/api/generate", json={"model": "smollm2:135m", **PROMPT}, timeout=300).json()
+        local = requests.post(live_server.url + "/api/generate", json={"model": live_server.model, **PROMPT},
+                              timeout=300).json()
+        assert spread["response"] == local["response"] and spread["response"]
+        devices = requests.get(url + "/api/ps", timeout=30).json()["models"][0]["devices"]
+        small, big = (next(size for name, size in devices.items() if w in name) for w in capped_workers)
+        assert 0 < small <= 30 << 20 < big <= 300 << 20, devices
+    finally:
+        stop_serve(proc)
+
+
+def test_a_worker_refuses_allocations_beyond_its_cap(capped_workers, tmp_path):
+    """A client that ignores the reported memory (here: a forced split putting most layers on the small
+    worker) fails to load with an error instead of overrunning the worker."""
+    model = required_path("OLLAMA_PY_TEST_MODEL")
+    proc, url, _ = start_serve(tmp_path, {"OLLAMA_RPC_SERVERS": capped_workers[0]})
+    try:
+        create_from_file(url, "smollm2:135m", model)
+        r = requests.post(url + "/api/generate", json={"model": "smollm2:135m", **PROMPT,
+                                                       "options": {**PROMPT["options"], "num_gpu": 31}}, timeout=300)
+        assert r.status_code == 500 and "error" in r.json()
+        ok = requests.post(url + "/api/generate", json={"model": "smollm2:135m", **PROMPT}, timeout=300)
+        assert ok.status_code == 200 and ok.json()["response"]
+    finally:
+        stop_serve(proc)
