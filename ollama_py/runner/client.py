@@ -1,29 +1,24 @@
-"""HTTP to one llama-server child: /completion as a stream of events, and the small JSON endpoints.
-
-The streaming path is hot: one json.loads per SSE event and nothing else.
-"""
+"""HTTP to one llama-server child: /completion as a stream of events (runner/sse.py, the hot path), and the
+small JSON endpoints (aiohttp)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 
-from ollama_py.errors import BadRequest, RunnerError
+from ollama_py.errors import RunnerError
+from ollama_py.runner import sse
+from ollama_py.runner.sse import RunnerStalled, UpstreamLost, error_from
+
+__all__ = ["LlamaClient", "RunnerStalled", "UpstreamLost"]
 
 log = logging.getLogger(__name__)
-
-
-class UpstreamLost(RunnerError):
-    """The connection to llama-server broke mid-request (the child probably died)."""
-
-
-class RunnerStalled(RunnerError):
-    """llama-server sent nothing for `read_timeout` seconds mid-request: it is hung (stopped, deadlocked)."""
 
 
 _LOST = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
@@ -39,6 +34,7 @@ class LlamaClient:
         self.read_timeout = read_timeout
         self._session: aiohttp.ClientSession | None = None
         self._in_flight: set[aiohttp.ClientResponse] = set()
+        self._streams: set[sse.SSEStream] = set()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -61,6 +57,8 @@ class LlamaClient:
         connections under a response would leave its reader waiting forever."""
         for resp in list(self._in_flight):
             resp.content.set_exception(aiohttp.ServerDisconnectedError("runner stopped"))
+        for stream in list(self._streams):
+            stream.fail(UpstreamLost("connection to llama runner lost: runner stopped"))
         if self._session is not None:
             await self._session.close()
 
@@ -75,15 +73,7 @@ class LlamaClient:
             self._in_flight.discard(resp)
 
     async def _raise_for(self, resp: aiohttp.ClientResponse) -> None:
-        text = await resp.text()
-        try:
-            err = json.loads(text).get("error", text)
-            message = err.get("message", text) if isinstance(err, dict) else str(err)
-        except (ValueError, AttributeError):
-            message = text
-        if resp.status == 400:
-            raise BadRequest(message)
-        raise RunnerError(f"llama-server {resp.status}: {message}")
+        raise error_from(resp.status, await resp.text())
 
     async def _send(self, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
         """POST; a pooled keep-alive connection the child already closed gets one retry on a fresh one."""
@@ -93,30 +83,17 @@ class LlamaClient:
             return await self.session.post(self.base_url + path, json=body)
 
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """POST body with stream=true and yield each SSE `data:` event as a dict."""
+        """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
+        url = urllib.parse.urlsplit(self.base_url)
+        stream = await sse.post_stream(url.hostname or "127.0.0.1", url.port or 80, path, body,
+                                       read_timeout=self.read_timeout)
+        self._streams.add(stream)
         try:
-            async with self._request(path, body) as resp:
-                if resp.status != 200:
-                    await self._raise_for(resp)
-                async for line in resp.content:
-                    if line.startswith(b"data: "):
-                        payload = line[6:].strip()
-                        if payload == b"[DONE]":
-                            return
-                        event = json.loads(payload)
-                        if "error" in event and "content" not in event:
-                            err = event["error"]
-                            raise RunnerError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
-                        yield event
-                        if event.get("stop") is True:
-                            return
-                    elif line.startswith(b"error: "):
-                        raise RunnerError(line[7:].decode("utf-8", "replace").strip())
-        except _LOST as e:
-            raise self._lost(e) from None
-        except TimeoutError:  # aiohttp's sock_read timeout
-            raise self._lost(TimeoutError()) from None
-        raise UpstreamLost("llama runner closed the stream before it was done")
+            async with contextlib.aclosing(stream.events()) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self._streams.discard(stream)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         try:

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -22,10 +23,18 @@ from ollama_py.server.errors import describe, error_body
 log = logging.getLogger(__name__)
 
 
+_SECOND: list[Any] = [None, ""]  # [whole second, its "YYYY-MM-DDTHH:MM:SS." text]
+
+
 def now_rfc3339() -> str:
-    # Called once per streamed chunk: isoformat is cheaper than strftime; timespec keeps the 6 digits when the
-    # microseconds are 0, and [:-6] drops "+00:00" for the "Z".
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
+    """UTC now as Ollama writes created_at ("2024-05-01T12:00:00.123456Z"). Called once per streamed chunk, so
+    the date and time are formatted once a second and only the microseconds per call."""
+    ns = time.time_ns()
+    second, micros = divmod(ns // 1000, 1_000_000)
+    if second != _SECOND[0]:
+        _SECOND[0] = second
+        _SECOND[1] = dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+    return f"{_SECOND[1]}{micros:06d}Z"
 
 
 # One encoder for every chunk: json.dumps with options builds a new JSONEncoder on each call.

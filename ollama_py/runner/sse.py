@@ -1,0 +1,278 @@
+"""One streamed POST to llama-server, read as server-sent events by a small asyncio protocol.
+
+This is the gateway's hot path: every generated token crosses it. A general HTTP client costs several
+coroutine hops, a timer reschedule and two readline calls per event; this protocol parses the response as
+bytes arrive (status line, headers, chunked or close-delimited body, `data:` lines), decodes each event once
+and hands the consumer everything that arrived in one read without another wake-up. A silence longer than
+`read_timeout` is found by one timer that re-arms itself, not by rescheduling a timer per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ollama_py.errors import BadRequest, RunnerError
+
+_HIGH_WATER, _LOW_WATER = 256, 32  # events queued before reading pauses / resumes (a slow client)
+_MAX_HEAD = 64 * 1024
+
+
+class UpstreamLost(RunnerError):
+    """The connection to llama-server broke mid-request (the child probably died)."""
+
+
+class RunnerStalled(RunnerError):
+    """llama-server sent nothing for `read_timeout` seconds mid-request: it is hung (stopped, deadlocked)."""
+
+
+def error_from(status: int, text: str) -> RunnerError:
+    """llama-server's error body ({"error": {"message": ...}} or plain text) as our error."""
+    try:
+        err = json.loads(text).get("error", text)
+        message = err.get("message", text) if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        message = text
+    if status == 400:
+        return BadRequest(message)
+    return RunnerError(f"llama-server {status}: {message}")
+
+
+class SSEStream(asyncio.Protocol):
+    """The response to one request; iterate `events()` for the `data:` payloads as dicts."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None) -> None:
+        self._loop = loop
+        self._read_timeout = read_timeout
+        self._transport: asyncio.Transport | None = None
+        self._head = bytearray()  # status line and headers, until the blank line
+        self.status = 0
+        self._chunked = False
+        self._remaining = -1  # body bytes left: Content-Length, or of the current chunk when chunked
+        self._need_crlf = False  # chunked: the CRLF after a chunk's data is still to come
+        self._raw = bytearray()  # body bytes not yet de-chunked
+        self._text = bytearray()  # de-chunked body not yet split into lines
+        self._events: collections.deque[dict[str, Any]] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._finished = False  # saw the last event ([DONE], stop, or a non-200 body complete)
+        self._closed = False
+        self._paused = False
+        self._last_read = loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- the protocol side -------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        if self._read_timeout:
+            self._timer = self._loop.call_later(self._read_timeout, self._check_silence)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self._loop.time()
+        try:
+            if not self.status:
+                self._head += data
+                end = self._head.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(self._head) > _MAX_HEAD:
+                        raise UpstreamLost("llama-server sent an oversized response head")
+                    return
+                data = bytes(self._head[end + 4 :])
+                self._parse_head(bytes(self._head[:end]))
+                if self._remaining == 0:  # Content-Length: 0
+                    self._end_of_body()
+            self._body(data)
+        except RunnerError as e:
+            self.fail(e)
+            return
+        self._wake()
+        if len(self._events) > _HIGH_WATER and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        if self.status and not self._chunked and self._remaining < 0:
+            self._end_of_body()  # a close-delimited body
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._finished and self._error is None:
+            self._error = UpstreamLost(f"connection to llama runner lost: {exc}" if exc else
+                                       "llama runner closed the stream before it was done")
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        """End the request with this error (also: the runner is being stopped) and drop the connection."""
+        if self._error is None and not self._finished:
+            self._error = error
+        if self._transport is not None:
+            self._transport.abort()
+        self._wake()
+
+    def _check_silence(self) -> None:
+        assert self._read_timeout
+        idle = self._loop.time() - self._last_read
+        if self._finished or self._closed:
+            return
+        if idle >= self._read_timeout and not self._paused:
+            self.fail(RunnerStalled(f"llama runner stopped responding: no output for {self._read_timeout:g}s"))
+        else:
+            self._timer = self._loop.call_later(max(self._read_timeout - idle, 0.01), self._check_silence)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- parsing ---------------------------------------------------------------------------------------
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise UpstreamLost(f"llama-server sent a malformed status line: {lines[0][:80]!r}")
+        self.status = int(parts[1])
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "transfer-encoding" and "chunked" in value.lower():
+                self._chunked = True
+            elif name == "content-length" and value.strip().isdigit():
+                self._remaining = int(value.strip())
+        if self._chunked:
+            self._remaining = -1
+
+    def _body(self, data: bytes) -> None:
+        if self._finished:
+            return
+        if not self._chunked:
+            if self._remaining >= 0:
+                data = data[: self._remaining]
+                self._remaining -= len(data)
+            self._text += data
+            self._lines()
+            if self._remaining == 0:
+                self._end_of_body()
+            return
+        raw = self._raw
+        raw += data
+        pos = 0
+        while True:
+            if self._need_crlf:  # after a chunk's data
+                if len(raw) - pos < 2:
+                    break
+                pos += 2
+                self._need_crlf = False
+            elif self._remaining < 0:  # at a chunk-size line
+                eol = raw.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                size_text = bytes(raw[pos:eol]).split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise UpstreamLost(f"llama-server sent a malformed chunk size: {size_text[:20]!r}") from None
+                pos = eol + 2
+                if size == 0:  # the last chunk (trailers, if any, are of no interest)
+                    del raw[:]
+                    self._lines()
+                    self._end_of_body()
+                    return
+                self._remaining = size
+            else:
+                take = min(len(raw) - pos, self._remaining)
+                if take == 0:
+                    break
+                self._text += raw[pos : pos + take]
+                pos += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    self._remaining, self._need_crlf = -1, True
+        del raw[:pos]
+        self._lines()
+
+    def _lines(self) -> None:
+        text = self._text
+        end = text.rfind(b"\n")
+        if end < 0 or self.status != 200 or self._finished:
+            return
+        block = bytes(text[:end])
+        del text[: end + 1]
+        for line in block.split(b"\n"):
+            if line.startswith(b"data: "):
+                payload = line[6:].strip()
+                if payload == b"[DONE]":
+                    self._finished = True
+                    return
+                try:
+                    event = json.loads(payload)
+                except ValueError:
+                    raise UpstreamLost(f"llama-server sent an event that is not JSON: {payload[:80]!r}") from None
+                if "error" in event and "content" not in event:
+                    err = event["error"]
+                    raise RunnerError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+                self._events.append(event)
+                if event.get("stop") is True:
+                    self._finished = True
+                    return
+            elif line.startswith(b"error: "):
+                raise RunnerError(line[7:].decode("utf-8", "replace").strip())
+
+    def _end_of_body(self) -> None:
+        if self.status != 200:
+            self._error = error_from(self.status, self._text.decode("utf-8", "replace"))
+        elif not self._finished:
+            self._error = UpstreamLost("llama runner closed the stream before it was done")
+        self._finished = True
+        self._wake()
+
+    # -- the consumer side -----------------------------------------------------------------------------
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        events = self._events
+        try:
+            while True:
+                if events:
+                    event = events.popleft()
+                    if self._paused and len(events) < _LOW_WATER and self._transport is not None:
+                        self._paused = False
+                        self._transport.resume_reading()
+                    yield event
+                    continue
+                if self._error is not None:
+                    raise self._error
+                if self._finished:
+                    return
+                self._waiter = self._loop.create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._transport is not None and not self._closed:
+            self._transport.abort()
+
+
+async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
+                      read_timeout: float | None = None) -> SSEStream:
+    """Connect, send `body` as JSON and return the stream (nothing of the response read yet)."""
+    loop = asyncio.get_running_loop()
+    data = json.dumps(body, ensure_ascii=False).encode()
+    try:
+        _, stream = await loop.create_connection(lambda: SSEStream(loop, read_timeout), host, port)
+    except OSError as e:
+        raise UpstreamLost(f"connection to llama runner lost: {e}") from None
+    assert stream._transport is not None
+    stream._transport.write(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                            b"Accept: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                            % (path.encode(), host.encode(), port, len(data), data))
+    return stream
