@@ -35,6 +35,7 @@ class MessagesParams:
     tools: list[dict[str, Any]] | None
     stream: bool
     estimated_input_tokens: int  # for message_start; the real count comes with message_delta
+    think: bool | None = None  # thinking {"type": "enabled"} / {"type": "disabled"}; budget_tokens not enforced
 
 
 def new_message_id() -> str:
@@ -94,6 +95,7 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
     images: list[str] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
+    thoughts: list[str] = []
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
@@ -111,13 +113,17 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
                           "function": {"name": block["name"], "arguments": args if isinstance(args, dict) else {}}})
         elif kind == "tool_result":
             results.append(_tool_result(block))
-        # thinking, documents, server tools: not supported; dropped as Ollama drops unknown blocks
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            thoughts.append(block["thinking"])
+        # redacted thinking, documents, server tools: not supported; dropped as Ollama drops unknown blocks
     out: list[dict[str, Any]] = []
     if role == "user":
         out.extend(results)  # the answers to the previous turn's calls come before what the user adds
     text = "".join(texts)
     if text or images or calls:
         m: dict[str, Any] = {"role": role, "content": text}
+        if thoughts and role == "assistant":
+            m["thinking"] = "".join(thoughts)
         if images:
             m["images"] = images
         if calls:
@@ -191,7 +197,16 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
         options["stop"] = stops
     return MessagesParams(messages=messages, options=options, tools=_tools(body.get("tools")),
                           stream=typed_field(body, "stream", bool, False),
-                          estimated_input_tokens=_estimate_tokens(body))
+                          estimated_input_tokens=_estimate_tokens(body), think=_thinking(body.get("thinking")))
+
+
+def _thinking(value: Any) -> bool | None:
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("enabled", "disabled"):
+        raise BadRequest('thinking.type must be "enabled" or "disabled"')
+    return kind == "enabled"
 
 
 # -- responses --------------------------------------------------------------------------------------
@@ -221,6 +236,8 @@ def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
 def message(msg_id: str, model: str, final: Final) -> dict[str, Any]:
     """The non-streaming response."""
     content: list[dict[str, Any]] = []
+    if final.thinking:
+        content.append({"type": "thinking", "thinking": final.thinking, "signature": ""})
     if final.tool_calls:
         content.extend(_tool_use(c) for c in final.tool_calls)
     elif final.text:
@@ -232,13 +249,14 @@ def message(msg_id: str, model: str, final: Final) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class MessageStream:
-    """Turns Delta texts and the Final into Anthropic's named SSE events, keeping the block bookkeeping."""
+    """Turns Delta texts and thoughts and the Final into Anthropic's named SSE events, keeping the block
+    bookkeeping."""
 
     msg_id: str
     model: str
     input_tokens: int
     _index: int = 0
-    _text_open: bool = False
+    _open: str | None = None  # the kind of the open content block: "text", "thinking" or none
     _started: bool = False
 
     def start(self) -> list[Event]:
@@ -252,30 +270,38 @@ class MessageStream:
         ]
 
     def text(self, text: str) -> list[Event]:
+        return self._delta("text", text)
+
+    def thinking(self, text: str) -> list[Event]:
+        return self._delta("thinking", text)
+
+    def _delta(self, kind: str, text: str) -> list[Event]:
+        """A text or thinking delta, in a block of that kind (closing the other kind's block first)."""
         events: list[Event] = [] if self._started else self.start()
         if not text:
             return events
-        if not self._text_open:
-            self._text_open = True
+        if self._open != kind:
+            events += self._close_block()
+            self._open = kind
             events.append(("content_block_start", {"type": "content_block_start", "index": self._index,
-                                                   "content_block": {"type": "text", "text": ""}}))
+                                                   "content_block": {"type": kind, kind: ""}}))
         events.append(("content_block_delta", {"type": "content_block_delta", "index": self._index,
-                                               "delta": {"type": "text_delta", "text": text}}))
+                                               "delta": {"type": f"{kind}_delta", kind: text}}))
         return events
 
-    def _close_text(self) -> list[Event]:
-        if not self._text_open:
+    def _close_block(self) -> list[Event]:
+        if self._open is None:
             return []
-        self._text_open = False
+        self._open = None
         self._index += 1
         return [("content_block_stop", {"type": "content_block_stop", "index": self._index - 1})]
 
     def finish(self, final: Final) -> list[Event]:
         events: list[Event] = [] if self._started else self.start()
         if not final.tool_calls:
-            events += self._close_text()
+            events += self._close_block()
         for call in final.tool_calls or []:
-            events += self._close_text()
+            events += self._close_block()
             block = _tool_use(call)
             args = json.dumps(block["input"])
             events += [

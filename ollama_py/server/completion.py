@@ -20,6 +20,7 @@ from ollama_py.errors import BadRequest, RunnerError
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import current_stats
+from ollama_py.template.thinking import ThinkingParser, infer_tags
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,12 @@ class CompletionRequest:
     suffix: str | None = None
     images: list[str] = field(default_factory=list)
     logprobs: int | None = None
+    think: bool | str | None = None  # passed to the template; true or a level also splits off the thinking
     started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def thinks(self) -> bool:
+        return self.think is not None and self.think is not False and "thinking" in self.model.capabilities
 
 
 @dataclass(slots=True)
@@ -63,6 +69,7 @@ class Delta:
     text: str
     tokens: list[int] | None = None
     probs: list[dict[str, Any]] | None = None
+    thinking: str = ""
 
 
 @dataclass(slots=True)
@@ -80,6 +87,7 @@ class Final:
     tool_calls: list[dict[str, Any]] | None = None
     cache_n: int = 0
     stop_word: str | None = None  # the stop sequence that ended the text (Anthropic's stop_sequence)
+    thinking: str = ""
 
 
 def completion_body(options: dict[str, Any], fmt: Any) -> dict[str, Any]:
@@ -108,7 +116,7 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         from ollama_py.template.prompt import render_prompt
 
         prompt = render_prompt(req.model.template, messages=req.messages, tools=req.tools, system=None,
-                               suffix=req.suffix, think=None)
+                               suffix=req.suffix, think=req.think)
     else:
         body: dict[str, Any] = {"messages": [_oai_message(m) for m in req.messages]}
         if req.tools:
@@ -151,23 +159,38 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         if req.logprobs is not None:
             body["n_probs"] = max(req.logprobs, 1)
         text_parts: list[str] = []
+        thinking_parts: list[str] = []
         tokens: list[int] = []
         final_event: dict[str, Any] = {}
+        parser = None
+        if req.thinks:
+            opening, closing = infer_tags(req.model.template or "")
+            last = prompt if isinstance(prompt, str) else prompt[-1]
+            parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
         try:
             async for event in loaded.client.stream("/completion", body):
                 stats.first_output()
-                if event.get("stop"):
+                stop = event.get("stop")
+                if stop:
                     final_event = event
-                    if event.get("content"):
-                        text_parts.append(event["content"])
-                        yield Delta(event["content"], event.get("tokens"))
-                    break
                 content = event.get("content", "")
-                if req.want_context and event.get("tokens"):
+                if req.want_context and event.get("tokens") and not stop:
                     tokens.extend(event["tokens"])
-                if content or event.get("completion_probabilities"):
-                    text_parts.append(content)
-                    yield Delta(content, event.get("tokens"), event.get("completion_probabilities"))
+                if parser is None:
+                    if content or (event.get("completion_probabilities") and not stop):
+                        text_parts.append(content)
+                        yield Delta(content, event.get("tokens"), event.get("completion_probabilities"))
+                else:
+                    thought, content = parser.add(content)
+                    if stop:
+                        more_thought, more_content = parser.finish()
+                        thought, content = thought + more_thought, content + more_content
+                    if thought or content:
+                        thinking_parts.append(thought)
+                        text_parts.append(content)
+                        yield Delta(content, event.get("tokens"), event.get("completion_probabilities"), thought)
+                if stop:
+                    break
         except UpstreamLost as e:
             raise await _runner_death(loaded, e) from None
         timings = final_event.get("timings", {})
@@ -195,6 +218,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             tool_calls=tool_calls,
             cache_n=int(timings.get("cache_n", 0) or 0),
             stop_word=(final_event.get("stopping_word") or None) if final_event.get("stop_type") == "word" else None,
+            thinking="".join(thinking_parts),
         )
         stats.finished(final)
         yield final

@@ -45,6 +45,7 @@ class ChatParams:
     stream: bool
     include_usage: bool
     top_logprobs: int | None  # None: no logprobs; else how many alternatives per token (0..20)
+    think: bool | str | None = None  # reasoning_effort / reasoning.effort: a level, False for "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +215,8 @@ def chat_messages(raw: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"invalid role {msg['role']!r} in messages[{i}]: "
                              "must be one of system, developer, user, assistant, tool")
         extra: dict[str, Any] = {}
+        if role == "assistant" and isinstance(msg.get("reasoning"), str) and msg["reasoning"]:
+            extra["thinking"] = msg["reasoning"]  # an earlier answer's thoughts, for templates that show them
         if role == "tool":
             call_id = msg.get("tool_call_id")
             name = msg.get("name") or (_tool_name(raw, call_id) if isinstance(call_id, str) and call_id else "")
@@ -276,7 +279,25 @@ def parse_chat(body: dict[str, Any]) -> ChatParams:
         stream=field(body, "stream", bool, False),
         include_usage=_include_usage(body),
         top_logprobs=top,
+        think=_reasoning(body),
     )
+
+
+_EFFORTS = ("high", "medium", "low", "max")
+
+
+def _reasoning(body: dict[str, Any]) -> bool | str | None:
+    """reasoning_effort (or the Responses-style reasoning.effort) as Ollama's think: a level, or False."""
+    effort = body.get("reasoning_effort")
+    if effort is None and isinstance(body.get("reasoning"), dict):
+        effort = body["reasoning"].get("effort")
+    if effort is None:
+        return None
+    if effort == "none":
+        return False
+    if effort not in _EFFORTS:
+        raise BadRequest(f"invalid reasoning value: '{effort}' (must be \"high\", \"medium\", \"low\", or \"none\")")
+    return str(effort)
 
 
 def parse_completion(body: dict[str, Any]) -> CompletionParams:
@@ -377,6 +398,8 @@ def usage_chunk(meta: ResponseMeta, final: Final, obj: str = "chat.completion.ch
 
 def chat_completion(meta: ResponseMeta, final: Final, logprobs: list[dict[str, Any]] | None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": final.text}
+    if final.thinking:
+        message["reasoning"] = final.thinking
     if final.tool_calls:
         message["content"] = ""
         message["tool_calls"] = tool_calls(final.tool_calls)

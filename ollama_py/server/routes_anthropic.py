@@ -39,8 +39,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
     if any(m.get("images") for m in params.messages) and "vision" not in caps:
         raise BadRequest(f'"{raw_name}" does not support vision')
     opts = merged_options(request, model, params.options)
+    # Like the OpenAI route, thinking asked of a model without it is dropped rather than refused (Ollama).
+    think = (True if params.think is None else params.think) if "thinking" in caps else None
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, messages=chat_messages(model, params.messages),
-                            tools=params.tools, started=started)
+                            tools=params.tools, think=think, started=started)
     msg_id = ant.new_message_id()
     events = run_completion(request.app[SCHEDULER], req)
 
@@ -53,6 +55,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
         async with contextlib.aclosing(events):
             async for ev in events:
                 if isinstance(ev, Delta):
+                    for out in stream.thinking(ev.thinking):
+                        yield out
                     if not params.tools:  # with tools, text is only known to be text at the end
                         for out in stream.text(ev.text):
                             yield out

@@ -71,9 +71,15 @@ def _merge(items: list[dict[str, Any]]) -> dict[str, Any]:
     final = dict(items[-1])
     if "response" in final:
         final["response"] = "".join(i.get("response", "") for i in items)
+        thinking = "".join(i.get("thinking", "") for i in items)
+        if thinking:
+            final["thinking"] = thinking
     if "message" in final:
         final["message"] = dict(final["message"])
         final["message"]["content"] = "".join(i["message"].get("content", "") for i in items)
+        thinking = "".join(i["message"].get("thinking", "") for i in items)
+        if thinking:
+            final["message"]["thinking"] = thinking
         calls = [c for i in items for c in i["message"].get("tool_calls", [])]
         if calls:
             final["message"]["tool_calls"] = calls
@@ -114,7 +120,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             context=context or None, want_context=not raw, suffix=suffix, images=images,
-                            started=started)
+                            think=_think(body, model), started=started)
     if raw:
         req.prompt = prompt
     else:
@@ -125,7 +131,11 @@ async def generate(request: web.Request) -> web.StreamResponse:
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
-                yield {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "done": False}
+                if ev.thinking:
+                    yield {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text,
+                           "thinking": ev.thinking, "done": False}
+                else:
+                    yield {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "done": False}
             else:
                 out = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
                        "done_reason": ev.done_reason}
@@ -135,6 +145,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 yield out
 
     return await _reply(request, body, events())
+
+
+def _think(body: dict[str, Any], model: Any) -> bool | str | None:
+    """What the template gets as .Think: as asked; a thinking model thinks unless told not to (Ollama)."""
+    think = body.get("think")
+    if think is None and "thinking" in model.capabilities:
+        return True
+    return think
 
 
 def _check_think(body: dict[str, Any], model: Any, raw_name: str) -> None:
@@ -213,18 +231,23 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return web.json_response(await _load_or_unload(
             request, model, opts, ka, raw_name, {"message": {"role": "assistant", "content": ""}}))
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
-                            messages=chat_messages(model, messages), tools=tools, started=started)
+                            messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
+                            started=started)
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
                 if tools:
                     continue  # tool calls are parsed from the whole answer; sent with the final chunk
-                yield {"model": raw_name, "created_at": now_rfc3339(),
-                       "message": {"role": "assistant", "content": ev.text}, "done": False}
+                delta = {"role": "assistant", "content": ev.text}
+                if ev.thinking:
+                    delta["thinking"] = ev.thinking
+                yield {"model": raw_name, "created_at": now_rfc3339(), "message": delta, "done": False}
             else:
                 message: dict[str, Any] = {"role": "assistant", "content": ""}
                 if tools:
+                    if ev.thinking:
+                        message["thinking"] = ev.thinking
                     if ev.tool_calls:
                         message["tool_calls"] = ev.tool_calls
                     else:

@@ -48,6 +48,14 @@ def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, 
         raise BadRequest(f'"{raw_name}" does not support vision')
 
 
+def oai_think(think: bool | str | None, model: Any) -> bool | str | None:
+    """Ollama relaxes thinking for the OpenAI routes: asked of a model without it, it is dropped, not refused;
+    a thinking model thinks unless told "none"."""
+    if "thinking" not in model.capabilities:
+        return None
+    return True if think is None else think
+
+
 @routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
@@ -60,7 +68,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     opts = merged_options(request, model, params.options)
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
                             messages=chat_messages(model, params.messages), tools=params.tools,
-                            logprobs=params.top_logprobs, started=started)
+                            logprobs=params.top_logprobs, think=oai_think(params.think, model), started=started)
     meta = oai.new_meta("chatcmpl", raw_name)
     top = params.top_logprobs
     events = run_completion(request.app[SCHEDULER], req)
@@ -79,8 +87,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     probs = oai.chat_logprobs(ev.probs or [], top) if top is not None else None
                     if params.tools:
                         held.extend(probs or [])
+                        if ev.thinking:  # thoughts are never tool calls: they need not wait
+                            yield oai.chat_chunk(meta, {"content": "", "reasoning": ev.thinking})
                         continue
-                    yield oai.chat_chunk(meta, {"content": ev.text}, None, probs)
+                    delta = {"content": ev.text, "reasoning": ev.thinking} if ev.thinking else {"content": ev.text}
+                    yield oai.chat_chunk(meta, delta, None, probs)
                     continue
                 final: Final = ev
                 held_probs = held if top is not None and params.tools else None

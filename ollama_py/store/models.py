@@ -88,7 +88,7 @@ class Model:
 
     @property
     def capabilities(self) -> list[str]:
-        """Ollama's capability names: completion or embedding, vision, tools, insert."""
+        """Ollama's capability names: completion or embedding, vision, tools, insert, thinking."""
         caps: list[str] = []
         info = self.info
         caps.append("embedding" if info is not None and info.is_embedding else "completion")
@@ -99,6 +99,8 @@ class Model:
                 caps.append("tools")
             if _template_uses(self.template, "Suffix"):
                 caps.append("insert")
+            if _template_uses(self.template, "Thinking"):
+                caps.append("thinking")
         elif info is not None and info.chat_template and "tools" in info.chat_template:
             # No Go template: llama-server renders the GGUF's own Jinja template, tools included.
             caps.append("tools")

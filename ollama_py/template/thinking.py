@@ -1,0 +1,104 @@
+"""Thinking models: which tags a template wraps thoughts in, and splitting streamed output at them.
+
+Ollama's rules (thinking/parser.go): only a block at the very start of the answer is thinking; text before
+the opening tag means the model is not thinking and everything is content; whitespace right after either
+tag is dropped, and whitespace before the closing tag too; a tag split over several chunks is held back until
+it is certain. When the prompt itself ends with the opening tag (templates that open the block for the model),
+the answer starts inside it.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+DEFAULT_TAGS = ("<think>", "</think>")
+_AROUND = re.compile(r"(<[^<>\s{}]+>)\s*\{\{-?\s*\.Thinking\s*-?\}\}\s*(</[^<>\s{}]+>)")
+
+
+def infer_tags(template: str) -> tuple[str, str]:
+    """The tags the template puts around `.Thinking` when it renders past thoughts, else <think></think>."""
+    m = _AROUND.search(template or "")
+    return (m.group(1), m.group(2)) if m else DEFAULT_TAGS
+
+
+def uses_thinking(template: str | None) -> bool:
+    """Ollama's thinking capability: the template refers to .Thinking (past thoughts in messages)."""
+    return bool(template) and ".Thinking" in template  # type: ignore[operator]
+
+
+class _State(enum.Enum):
+    LOOKING = 0  # nothing but whitespace yet: is the answer opening with the tag?
+    STARTED = 1  # just past the opening tag, dropping whitespace
+    THINKING = 2
+    ENDED = 3  # just past the closing tag, dropping whitespace
+    CONTENT = 4
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest end of `text` that is a proper beginning of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class ThinkingParser:
+    """Feed streamed text with add(); each call returns the (thinking, content) that is now certain."""
+
+    def __init__(self, opening: str = DEFAULT_TAGS[0], closing: str = DEFAULT_TAGS[1], *,
+                 inside: bool = False) -> None:
+        self.opening, self.closing = opening, closing
+        self._state = _State.STARTED if inside else _State.LOOKING
+        self._held = ""
+
+    def add(self, text: str) -> tuple[str, str]:
+        thinking, content = [], []
+        buf = self._held + text
+        self._held = ""
+        while buf:
+            state = self._state
+            if state is _State.LOOKING:
+                stripped = buf.lstrip()
+                if stripped.startswith(self.opening):
+                    buf = stripped[len(self.opening):]
+                    self._state = _State.STARTED
+                elif self.opening.startswith(stripped):  # only whitespace or part of the tag so far
+                    self._held = buf
+                    buf = ""
+                else:
+                    self._state = _State.CONTENT
+            elif state is _State.STARTED or state is _State.ENDED:
+                stripped = buf.lstrip()
+                if not stripped:
+                    buf = ""
+                    break
+                buf = stripped
+                self._state = _State.THINKING if state is _State.STARTED else _State.CONTENT
+            elif state is _State.THINKING:
+                end = buf.find(self.closing)
+                if end >= 0:
+                    thinking.append(buf[:end].rstrip())
+                    buf = buf[end + len(self.closing):]
+                    self._state = _State.ENDED
+                    continue
+                keep = _partial_suffix(buf, self.closing)
+                body = buf[: len(buf) - keep]
+                trailing = len(body) - len(body.rstrip())  # whitespace may precede the closing tag
+                keep += trailing
+                thinking.append(buf[: len(buf) - keep])
+                self._held = buf[len(buf) - keep:]
+                buf = ""
+            else:
+                content.append(buf)
+                buf = ""
+        return "".join(thinking), "".join(content)
+
+    def finish(self) -> tuple[str, str]:
+        """The end of the answer: whatever was held back, where it belongs."""
+        held, self._held = self._held, ""
+        if self._state is _State.THINKING:
+            return held.rstrip(), ""
+        if self._state is _State.LOOKING:
+            return "", held
+        return "", ""
