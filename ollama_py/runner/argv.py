@@ -31,6 +31,11 @@ class LaunchSpec:
     extra: tuple[str, ...] = field(default=())
 
 
+# Where an image goes in a prompt. llama-server picks a random marker per process unless LLAMA_MEDIA_MARKER
+# pins one; runners are started with this one so prompts can be built before a runner answers.
+MEDIA_MARKER = "<__media__>"
+
+
 def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
     """argv for llama-server: always loopback, no web UI, offline; the context is shared by the slots."""
     argv = [

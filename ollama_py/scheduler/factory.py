@@ -18,7 +18,7 @@ from ollama_py.errors import RunnerLoadError
 from ollama_py.estimate import gpus as gpu_probe
 from ollama_py.estimate import memory
 from ollama_py.runner import rpc, variants
-from ollama_py.runner.argv import LaunchSpec, build_argv
+from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 
@@ -138,7 +138,7 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
     """Runner factory for the Scheduler: picks the variant order once per runner (bad marks are re-read)."""
     host = variants.probe_host()
     # ggml prints a gdb backtrace when it aborts: slow, and noise in the error a user sees.
-    env = {**(env if env is not None else os.environ), "GGML_NO_BACKTRACE": "1"}
+    env = {**(env if env is not None else os.environ), "GGML_NO_BACKTRACE": "1", "LLAMA_MEDIA_MARKER": MEDIA_MARKER}
     bad = variants.BadVariants(settings.data_dir / "bad-variants.json", settings.runners_dir)
 
     def factory(plan: LoadPlan, name: str, on_exit: Callable[[RunnerProcess], None]) -> RunnerProcess:

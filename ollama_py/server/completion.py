@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ollama_py.errors import BadRequest, RunnerError
+from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import current_stats
@@ -108,23 +109,61 @@ def completion_body(options: dict[str, Any], fmt: Any) -> dict[str, Any]:
     return body
 
 
-async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any]:
-    """The prompt text: raw, through the model's TEMPLATE layer, or through the GGUF's own chat template."""
-    if req.messages is None:
-        prompt: str | list[Any] = req.prompt or ""
+async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any] | dict[str, Any]:
+    """The prompt: raw, through the model's TEMPLATE layer, or through the GGUF's own chat template. With images,
+    llama-server's multimodal form: the text with a media marker where each image goes, and the images."""
+    images = list(req.images)
+    messages = req.messages
+    if messages and images:  # /api/generate: its images belong to its one user message
+        messages = [*messages[:-1], {**messages[-1], "images": [*(messages[-1].get("images") or []), *images]}]
+        images = []
+    if messages is not None and any(m.get("images") for m in messages):
+        messages, images = _place_images(messages)
+    if messages is None:
+        prompt: str = req.prompt or ""
+        if images and prompt.count(MEDIA_MARKER) < len(images):
+            prompt = MEDIA_MARKER * (len(images) - prompt.count(MEDIA_MARKER)) + prompt
     elif req.model.template:
         from ollama_py.template.prompt import render_prompt
 
-        prompt = render_prompt(req.model.template, messages=req.messages, tools=req.tools, system=None,
+        prompt = render_prompt(req.model.template, messages=messages, tools=req.tools, system=None,
                                suffix=req.suffix, think=req.think)
     else:
-        body: dict[str, Any] = {"messages": [_oai_message(m) for m in req.messages]}
+        body: dict[str, Any] = {"messages": [_oai_message(m) for m in messages]}
         if req.tools:
             body["tools"] = req.tools
         prompt = (await loaded.client.post("/apply-template", body))["prompt"]
+    if images:
+        return {"prompt_string": prompt, "multimodal_data": images}
     if req.context:
         return [*req.context, prompt]
     return prompt
+
+
+def _prompt_text(prompt: str | list[Any] | dict[str, Any]) -> str:
+    if isinstance(prompt, dict):
+        return prompt["prompt_string"]
+    return prompt if isinstance(prompt, str) else prompt[-1]
+
+
+def _place_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Ollama's image tags: each image of a message takes the place of an "[img]" in its text, or goes in
+    front of it; here the tag is llama-server's media marker, and the images are collected in prompt order."""
+    images: list[str] = []
+    out = []
+    for m in messages:
+        if not m.get("images"):
+            out.append(m)
+            continue
+        text, prefix = m.get("content") or "", ""
+        for image in m["images"]:
+            images.append(image)
+            if "[img]" in text:
+                text = text.replace("[img]", MEDIA_MARKER, 1)
+            else:
+                prefix += MEDIA_MARKER
+        out.append({**m, "content": prefix + text})
+    return out, images
 
 
 def _oai_message(m: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +204,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         parser = None
         if req.thinks:
             opening, closing = infer_tags(req.model.template or "")
-            last = prompt if isinstance(prompt, str) else prompt[-1]
+            last = _prompt_text(prompt)
             parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
         try:
             async for event in loaded.client.stream("/completion", body):
@@ -196,7 +235,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         timings = final_event.get("timings", {})
         context = None
         if req.want_context:
-            prompt_text = prompt if isinstance(prompt, str) else prompt[-1]
+            prompt_text = _prompt_text(prompt)
             prompt_tokens = await loaded.client.tokenize(prompt_text, add_special=not req.context)
             context = [*(req.context or []), *prompt_tokens, *tokens]
         text = "".join(text_parts)

@@ -81,3 +81,22 @@ def model_name(body: dict[str, Any], key: str = "model") -> ModelName:
     if not raw:
         raise BadRequest("model is required")
     return parse_name(raw)
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def check_images(images: Any) -> list[str]:
+    """Base64 images, as Go decodes a []byte field: the first bad byte is named, as Ollama's 400 does."""
+    if images is None:
+        return []
+    if not isinstance(images, list):
+        raise BadRequest("json: cannot unmarshal images: expected an array of base64 strings")
+    for image in images:
+        if not isinstance(image, str):
+            raise BadRequest(f"json: cannot unmarshal {type(image).__name__} into Go value of type []uint8")
+        valid = _BASE64.match(image)
+        end = valid.end() if valid else 0
+        if end < len(image) or len(image) % 4:
+            raise BadRequest(f"illegal base64 data at input byte {min(end, len(image) - len(image) % 4)}")
+    return images

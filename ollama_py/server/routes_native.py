@@ -17,7 +17,7 @@ from ollama_py.server.completion import CompletionRequest, Delta, Final, run_com
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
-from ollama_py.server.requests import field, read_json, requested_model
+from ollama_py.server.requests import check_images, field, read_json, requested_model
 from ollama_py.server.streaming import collect, ndjson, now_rfc3339
 
 routes = web.RouteTableDef()
@@ -97,7 +97,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     context = field(body, "context", list)
     raw = field(body, "raw", bool, False)
     suffix = field(body, "suffix", str)
-    images = field(body, "images", list, [])
+    images = check_images(body.get("images"))
     if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31
                                        for t in context):
         raise BadRequest("context must be a list of token ids (integers from 0 to 2147483647)")
@@ -181,8 +181,7 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         content = m.get("content", "")
         if content is not None and not isinstance(content, str):
             raise BadRequest(f"messages[{i}].content must be a string")
-        if m.get("images") is not None and not isinstance(m["images"], list):
-            raise BadRequest(f"messages[{i}].images must be an array")
+        check_images(m.get("images"))
         calls = m.get("tool_calls")
         if calls is not None:
             if not isinstance(calls, list) or not all(

@@ -38,6 +38,7 @@ size", "offloaded N/M layers" -- appear only with -lv 4 or higher (or -v).
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import math
@@ -77,6 +78,7 @@ _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers", "--n-gpu-layers": "n_gpu_layers", "--gpu-layers": "n_gpu_layers",
     "-t": "threads", "--threads": "threads", "--embd-normalize": "embd_normalize",
     "-lv": "verbosity", "--verbosity": "verbosity", "--log-verbosity": "verbosity",
+    "-mm": "mmproj", "--mmproj": "mmproj",
 }
 # Flags that take a value we do not use; listed so a value such as "-1" is never mistaken for a flag.
 _IGNORED_VALUE_FLAGS = set(
@@ -119,6 +121,7 @@ class ServerArgs:
     log_timestamps: bool = True
     kv_unified: bool = False
     context_shift: bool = False
+    mmproj: str = ""  # a projector: the "model" then takes images (each becomes IMAGE_TOKENS tokens)
     list_devices: bool = False
     version: bool = False
 
@@ -275,6 +278,33 @@ class Vocab:
                 raise ValueError("\"prompt\" elements must be strings or token ids")
             tokens.extend(self.encode(part) if isinstance(part, str) else [part])
         return tokens
+
+
+IMAGE_TOKENS = 4
+
+
+def media_prompt(prompt: dict[str, Any], has_projector: bool) -> str:
+    """{"prompt_string", "multimodal_data"} as llama-server (mtmd) takes it: one media marker
+    (LLAMA_MEDIA_MARKER) per image, in order; each image stands for IMAGE_TOKENS tokens of the prompt."""
+    text = prompt.get("prompt_string")
+    if not isinstance(text, str):
+        raise RequestError('"prompt" elements must be a string, a list of tokens, a JSON object containing a '
+                           "prompt string, or a list of mixed strings & tokens.")
+    images = prompt.get("multimodal_data")
+    if images is None:
+        return text
+    if not has_projector:
+        raise RequestError("Multimodal data provided, but model does not support multimodal requests.")
+    marker = os.environ.get("LLAMA_MEDIA_MARKER") or "<__media__>"
+    if text.count(marker) != len(images):
+        raise RequestError(f"number of bitmaps ({len(images)}) does not match number of markers "
+                           f"({text.count(marker)})")
+    for image in images:
+        try:
+            base64.b64decode(image, validate=True)
+        except ValueError:
+            raise RequestError("Failed to load image or audio file") from None
+    return text.replace(marker, " <image>" * IMAGE_TOKENS)
 
 
 def generated_piece(i: int, words: list[str]) -> str:
@@ -694,6 +724,8 @@ def _stop_words(value: Any) -> list[str]:
 async def serve_completion(request: web.Request, body: dict[str, Any], prompt: Any, flavour: Flavour,
                            ) -> web.StreamResponse:
     state = request.app[STATE]
+    if isinstance(prompt, dict):
+        prompt = media_prompt(prompt, bool(state.args.mmproj))
     try:
         tokens = state.vocab.tokenize_prompt(prompt)
     except ValueError as e:

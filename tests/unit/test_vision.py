@@ -1,0 +1,93 @@
+"""Images: where they go in the prompt (Ollama's [img] rules) and how they reach llama-server (its multimodal
+prompt: the text with a media marker per image, and the images), over the fake runner with a projector."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from ollama_py.runner.argv import MEDIA_MARKER
+from tests.conftest import create_tiny_model, fake_scheduler, make_settings
+from tests.fakes.gguf_files import write_gguf
+
+CAT, DOG = base64.b64encode(b"cat pixels").decode(), base64.b64encode(b"dog pixels!").decode()
+M = MEDIA_MARKER
+
+
+@pytest.fixture
+async def client(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
+    from ollama_py.server.app import create_app
+    from ollama_py.store.models import ModelStore
+
+    settings = make_settings(tmp_path)
+    projector = write_gguf(tmp_path / "mmproj.gguf", "clip", {"clip.has_vision_encoder": True},
+                           general_type="projector")
+    store = ModelStore(settings.models)
+    model_digest, _ = store.blobs.write_file(tiny_gguf)
+    proj_digest, _ = store.blobs.write_file(projector)
+    from ollama_py.api.names import parse_name
+    from ollama_py.store.create import create_model
+
+    for _ in create_model(store, parse_name("seer"), {"files": {"model.gguf": model_digest,
+                                                               "mmproj.gguf": proj_digest}}):
+        pass
+    create_tiny_model(settings, tiny_gguf, "blind")
+    log = tmp_path / "requests.jsonl"
+    app = create_app(settings, scheduler=fake_scheduler(settings, {"FAKE_LOG_FILE": str(log)}))
+    c = await aiohttp_client(app)
+    c.sent = lambda: [b["prompt"] for line in log.read_text().splitlines()  # type: ignore[attr-defined]
+                      if isinstance((b := json.loads(line)).get("prompt"), dict)]
+    return c
+
+
+async def test_a_projector_gives_the_vision_capability(client):
+    caps = (await (await client.post("/api/show", json={"model": "seer"})).json())["capabilities"]
+    assert "vision" in caps
+
+
+async def test_generate_sends_the_image_with_a_marker_before_the_text(client):
+    r = await client.post("/api/generate", json={"model": "seer", "prompt": "What is this?", "images": [CAT],
+                                                 "stream": False})
+    assert r.status == 200 and (await r.json())["response"]
+    sent = client.sent()[-1]
+    assert sent["multimodal_data"] == [CAT]
+    assert f"{M}What is this?" in sent["prompt_string"] and sent["prompt_string"].count(M) == 1
+
+
+async def test_chat_images_take_the_place_of_img_tags_in_order(client):
+    r = await client.post("/api/chat", json={"model": "seer", "stream": False, "messages": [
+        {"role": "user", "content": "Compare [img] with this one.", "images": [CAT, DOG]}]})
+    assert r.status == 200
+    sent = client.sent()[-1]
+    assert sent["multimodal_data"] == [CAT, DOG]
+    assert f"{M}Compare {M} with this one." in sent["prompt_string"]
+
+
+async def test_raw_generate_with_images(client):
+    r = await client.post("/api/generate", json={"model": "seer", "prompt": "describe", "raw": True,
+                                                 "images": [CAT], "stream": False})
+    assert r.status == 200
+    assert client.sent()[-1] == {"prompt_string": f"{M}describe", "multimodal_data": [CAT]}
+
+
+async def test_openai_image_url(client):
+    r = await client.post("/v1/chat/completions", json={"model": "seer", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is in the picture?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{CAT}"}}]}]})
+    assert r.status == 200
+    assert client.sent()[-1]["multimodal_data"] == [CAT]
+
+
+@pytest.mark.parametrize("body,error", [
+    ({"model": "blind", "prompt": "x", "images": [CAT]}, '"blind" does not support vision'),
+    ({"model": "seer", "prompt": "x", "images": ["not base64!"]}, "illegal base64 data at input byte 3"),
+    ({"model": "seer", "prompt": "x", "images": "abcd"}, None),
+])
+async def test_bad_images_are_a_400(client, body, error):
+    r = await client.post("/api/generate", json=body)
+    assert r.status == 400
+    if error:
+        assert (await r.json())["error"] == error
