@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from ollama_py.api.options import parse_parameter
+from ollama_py.cli.images import extract_images
 from ollama_py.cli.render import list_table, show_info
 from ollama_py.cli.session import RunOptions, chat, load_model
 from ollama_py.client import Client
@@ -168,8 +169,9 @@ class Repl:
     """One interactive session over `client` with `opts`; `run()` returns when the user leaves."""
 
     def __init__(self, client: Client, opts: RunOptions, reader: LineReader, *, out: TextIO | None = None,
-                 err: TextIO | None = None) -> None:
+                 err: TextIO | None = None, vision: bool = False) -> None:
         self.client = client
+        self.vision = vision  # image paths in a message are attached (the model takes images)
         self.opts = opts
         self.reader = reader
         self.out = out or sys.stdout
@@ -243,7 +245,18 @@ class Repl:
     # -- sending -----------------------------------------------------------------------------------------------
 
     def send(self, text: str) -> None:
-        self.opts.messages.append({"role": "user", "content": text})
+        message: dict[str, Any] = {"role": "user", "content": text}
+        if self.vision:
+            try:
+                message["content"], images, paths = extract_images(text)
+            except OllamaError as e:
+                self.tell(f"Error: {e}\n")
+                return
+            for path in paths:
+                self.tell(f"Added image '{path}'\n")
+            if images:
+                message["images"] = images
+        self.opts.messages.append(message)
         try:
             reply = chat(self.client, self.opts, self.out)
         except OllamaError as e:
@@ -425,6 +438,7 @@ class Repl:
             if not self._think_explicit:
                 self.opts.think = True if "thinking" in (info.get("capabilities") or []) else None
             load_model(self.client, self.opts)
+            self.vision = "vision" in (info.get("capabilities") or [])
         except NotFound:
             self.say(f"Couldn't find model '{self.opts.model}'")
             self.opts.model, self.opts.messages, self.opts.think = previous

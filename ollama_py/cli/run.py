@@ -13,6 +13,7 @@ from ollama_py.cli.commands import connect
 from ollama_py.cli.display import WordWrapper, terminal_width
 from ollama_py.cli.envvars import epilog
 from ollama_py.cli.progress import is_tty
+from ollama_py.cli.images import extract_images
 from ollama_py.cli.repl import ReadlineReader, Repl
 from ollama_py.cli.session import RunOptions, generate, load_model, show_or_pull
 from ollama_py.config import Settings, parse_duration
@@ -108,10 +109,14 @@ def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: boo
         return
 
     if not interactive:
+        if "vision" in capabilities:
+            opts.prompt, opts.images, paths = extract_images(opts.prompt)
+            for path in paths:
+                click.echo(f"Added image '{path}'", err=True)
         generate(client, opts)
         return
     load_model(client, opts)
     _replay(info.get("messages") or [], opts.wordwrap)
     settings = Settings.from_env()
     reader = ReadlineReader(settings.data_dir / "history", enabled=not settings.nohistory)
-    Repl(client, opts, reader).run()
+    Repl(client, opts, reader, vision="vision" in capabilities).run()

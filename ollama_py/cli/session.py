@@ -21,6 +21,7 @@ class RunOptions:
 
     model: str
     prompt: str = ""
+    images: list[str] = field(default_factory=list)  # base64, for the one-shot prompt of a vision model
     messages: list[dict[str, Any]] = field(default_factory=list)
     system: str = ""
     options: dict[str, Any] = field(default_factory=dict)
@@ -103,7 +104,8 @@ def generate(client: Client, opts: RunOptions, out: TextIO | None = None) -> Rep
     tty = is_tty(out)
     spinner = Spinner(enabled=tty and is_tty(sys.stderr)).start()
     try:
-        stream = client.generate(opts.model, opts.prompt, system=opts.system or None, **opts.request_fields())
+        stream = client.generate(opts.model, opts.prompt, system=opts.system or None, images=opts.images or None,
+                                 **opts.request_fields())
     except KeyboardInterrupt:
         reply = Reply(interrupted=True)
     else:

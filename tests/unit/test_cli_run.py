@@ -266,3 +266,47 @@ def test_repl_server_error_keeps_the_session(fake: FakeOllama) -> None:
     _, err, _, opts = repl(fake, "hi")
     assert err == "Error: runner crashed\n"
     assert opts.messages == []
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
+
+
+def test_run_attaches_image_paths_for_a_vision_model(fake: FakeOllama, tmp_path: Path) -> None:
+    import base64
+
+    fake.on("POST", "/api/show", {**SHOW, "capabilities": ["completion", "vision"]})
+    fake.on("POST", "/api/generate", answer("A cat."))
+    (tmp_path / "my cat.png").write_bytes(PNG)
+    photo = str(tmp_path / "my cat.png").replace(" ", "\\ ")
+    result = invoke(fake, ["run", "llava", f"What is in {photo}?"], tmp_path)
+    assert result.exit_code == 0 and result.stdout == "A cat.\n\n"
+    assert result.stderr == f"Added image '{tmp_path / 'my cat.png'}'\n"
+    body = fake.bodies("POST", "/api/generate")[0]
+    assert body["images"] == [base64.b64encode(PNG).decode()] and body["prompt"] == "What is in ?"
+
+
+def test_image_paths_stay_text_for_a_model_without_vision(model: FakeOllama, tmp_path: Path) -> None:
+    model.on("POST", "/api/generate", answer("ok"))
+    (tmp_path / "cat.png").write_bytes(PNG)
+    invoke(model, ["run", "m", f"Look at {tmp_path / 'cat.png'}"], tmp_path)
+    body = model.bodies("POST", "/api/generate")[0]
+    assert "images" not in body and body["prompt"] == f"Look at {tmp_path / 'cat.png'}"
+
+
+def test_repl_attaches_images_and_refuses_a_file_that_is_not_one(fake: FakeOllama, tmp_path: Path) -> None:
+    fake.on("POST", "/api/show", {**SHOW, "capabilities": ["completion", "vision"]})
+    fake.on("POST", "/api/chat", answer("A cat.", key="message"))
+    (tmp_path / "cat.png").write_bytes(PNG)
+    (tmp_path / "notes.png").write_text("just text")
+    out, err, _, _ = repl_vision(fake, f"describe {tmp_path / 'notes.png'}", f"describe {tmp_path / 'cat.png'}")
+    assert f"Error: {tmp_path / 'notes.png'}: invalid image type: text/plain\n" in err
+    assert f"Added image '{tmp_path / 'cat.png'}'\n" in err
+    (sent,) = fake.bodies("POST", "/api/chat")
+    assert sent["messages"][-1]["content"] == "describe" and len(sent["messages"][-1]["images"]) == 1
+
+
+def repl_vision(fake: FakeOllama, *lines: str) -> tuple[str, str, Script, RunOptions]:
+    out, err, script = io.StringIO(), io.StringIO(), Script(*lines)
+    options = RunOptions(model="llava")
+    Repl(Client(fake.host), options, script, out=out, err=err, vision=True).run()
+    return out.getvalue(), err.getvalue(), script, options
