@@ -148,3 +148,27 @@ async def test_anthropic_thinking_blocks(client):
     assert "".join(d.get("text", "") for d in deltas) == "Hello there."
     off = await (await client.post("/v1/messages", json={**ask, "thinking": {"type": "disabled"}})).json()
     assert [b["type"] for b in off["content"]] == ["text"]
+
+
+async def test_official_clients_see_the_thinking(client):
+    import anthropic
+    import ollama
+    import openai
+
+    url = str(client.make_url("")).rstrip("/")
+    generated = await ollama.AsyncClient(host=url).generate(model="thinker", prompt="hi")
+    assert (generated.thinking, generated.response) == ("Let me think.", "Hello there.")
+    chunks = [c async for c in await ollama.AsyncClient(host=url).chat(
+        model="thinker", messages=[{"role": "user", "content": "hi"}], stream=True)]
+    assert "".join(c.message.thinking or "" for c in chunks) == "Let me think."
+
+    oai = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    done = await oai.chat.completions.create(model="thinker", messages=[{"role": "user", "content": "hi"}])
+    assert done.choices[0].message.content == "Hello there."
+    assert done.choices[0].message.model_extra["reasoning"] == "Let me think."
+
+    ant = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
+    message = await ant.messages.create(model="thinker", max_tokens=64, messages=[{"role": "user", "content": "hi"}],
+                                        thinking={"type": "enabled", "budget_tokens": 32})
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking == "Let me think." and message.content[1].text == "Hello there."

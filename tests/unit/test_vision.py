@@ -91,3 +91,16 @@ async def test_bad_images_are_a_400(client, body, error):
     assert r.status == 400
     if error:
         assert (await r.json())["error"] == error
+
+
+async def test_the_ollama_client_sends_images(client, tmp_path):
+    import ollama
+
+    picture = tmp_path / "cat.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16)
+    url = str(client.make_url("")).rstrip("/")
+    reply = await ollama.AsyncClient(host=url).chat(model="seer", messages=[
+        {"role": "user", "content": "What is this?", "images": [str(picture)]}])
+    assert reply.message.content
+    sent = client.sent()[-1]
+    assert base64.b64decode(sent["multimodal_data"][0]) == picture.read_bytes()
