@@ -40,6 +40,18 @@ host_variants() {
   echo "$v"
 }
 
+# The GPU generations to compile for: Volta (70) to Blackwell (120), less those this nvcc no longer knows
+# (CUDA 13 dropped everything before Turing, 75). CMAKE_CUDA_ARCHITECTURES overrides, e.g. "90" for H100 only.
+cuda_archs() {
+  if [ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]; then echo "$CMAKE_CUDA_ARCHITECTURES"; return; fi
+  local have out="" a
+  have=" $(nvcc --list-gpu-arch 2>/dev/null | sed -n 's/^compute_//p' | tr '\n' ' ') "
+  for a in 70 75 80 86 89 90 100 120; do
+    case "$have" in *" $a "*) out="$out;$a" ;; esac
+  done
+  echo "${out#;}" | grep . || echo "70;75;80;86;89;90"  # an nvcc that cannot list: CUDA 12's set
+}
+
 variant_flags() {
   local common="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_RPC=ON \
 -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
@@ -50,7 +62,7 @@ variant_flags() {
   case "$1" in
     cpu) echo "$common $x86_off -DGGML_METAL=OFF" ;;
     cpu_avx2) echo "$common ${x86_off//-DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF/-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON} -DGGML_SSE42=ON" | sed 's/-DGGML_SSE42=OFF//' ;;
-    cuda) echo "$common -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-70;75;80;86;89;90} -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" ;;
+    cuda) echo "$common -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(cuda_archs) -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" ;;
     metal) echo "$common -DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON" ;;
     *) die "unknown variant '$1' (known: cpu cpu_avx2 cuda metal)" ;;
   esac
