@@ -216,9 +216,10 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                 if req.want_context and event.get("tokens") and not stop:
                     tokens.extend(event["tokens"])
                 if parser is None:
-                    if content or (event.get("completion_probabilities") and not stop):
+                    probs = None if stop else event.get("completion_probabilities")
+                    if content or probs:
                         text_parts.append(content)
-                        yield Delta(content, event.get("tokens"), event.get("completion_probabilities"))
+                        yield Delta(content, event.get("tokens"), probs)
                 else:
                     thought, content = parser.add(content)
                     if stop:
@@ -227,7 +228,8 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                     if thought or content:
                         thinking_parts.append(thought)
                         text_parts.append(content)
-                        yield Delta(content, event.get("tokens"), event.get("completion_probabilities"), thought)
+                        yield Delta(content, event.get("tokens"), None if stop else event.get("completion_probabilities"),
+                                    thought)
                 if stop:
                     break
         except UpstreamLost as e:
