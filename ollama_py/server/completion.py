@@ -291,6 +291,7 @@ class _Collected:
 
 async def _relay_in_thread(stream: Any, acc: _Collected, sink: Any) -> None:
     """Read the rest of the runner's stream and write each Delta to the client's socket in a worker thread."""
+    log.debug("relaying the rest of the stream from a worker thread")
     upstream = stream.detach()
     sink.open()
     stop = threading.Event()
