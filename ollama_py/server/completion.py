@@ -7,10 +7,12 @@ yields Delta events followed by one Final. Translation to NDJSON / SSE happens a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import select
+import socket
 import threading
 import time
 import uuid
@@ -290,32 +292,41 @@ class _Collected:
 
 
 async def _relay_in_thread(stream: Any, acc: _Collected, sink: Any) -> None:
-    """Read the rest of the runner's stream and write each Delta to the client's socket in a worker thread."""
+    """Read the rest of the runner's stream and write each Delta to the client's socket in a worker thread.
+
+    The thread owns the two sockets it uses (dups) and closes them itself: closing them under it could hand
+    their numbers to other connections while it still polls them. A cancelled request stops it by shutting
+    the runner connection down, which also tells llama-server to stop generating."""
     log.debug("relaying the rest of the stream from a worker thread")
     upstream = stream.detach()
     sink.open()
     stop = threading.Event()
-    poller = select.poll()
-    poller.register(upstream, select.POLLIN)
 
     def relay() -> None:
-        while not stop.is_set():
-            events = stream.pull(upstream, poller)
-            if not events:
-                return
-            for event in events:
-                delta = acc.take(event)
-                if delta is not None:
-                    sink.write(delta)
-                if acc.done:
+        try:
+            poller = select.poll()
+            poller.register(upstream, select.POLLIN)
+            while not stop.is_set():
+                events = stream.pull(upstream, poller)
+                if not events:
                     return
+                for event in events:
+                    delta = acc.take(event)
+                    if delta is not None:
+                        sink.write(delta)
+                    if acc.done:
+                        return
+        finally:
+            upstream.close()
+            sink.close()
 
     try:
         await asyncio.to_thread(relay)
-    finally:
-        stop.set()  # a cancelled request: the thread stops at its next event
-        upstream.close()
-        sink.close()
+    except BaseException:
+        stop.set()
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_RDWR)
+        raise
 
 
 async def _runner_death(loaded: Loaded, cause: Exception) -> RunnerError:
