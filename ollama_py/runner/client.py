@@ -82,24 +82,18 @@ class LlamaClient:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             return await self.session.post(self.base_url + path, json=body)
 
-    @contextlib.asynccontextmanager
-    async def open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[sse.SSEStream]:
-        """POST body (stream=true); the response as an SSEStream, closed on exit (close() fails it at once)."""
+    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
         url = urllib.parse.urlsplit(self.base_url)
         stream = await sse.post_stream(url.hostname or "127.0.0.1", url.port or 80, path, body,
                                        read_timeout=self.read_timeout)
         self._streams.add(stream)
         try:
-            yield stream
+            async with contextlib.aclosing(stream.events()) as events:
+                async for event in events:
+                    yield event
         finally:
             self._streams.discard(stream)
-            stream.close()
-
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
-        async with self.open_stream(path, body) as stream, contextlib.aclosing(stream.events()) as events:
-            async for event in events:
-                yield event
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         try:

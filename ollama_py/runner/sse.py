@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
-import os
-import select
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -77,7 +73,18 @@ class SSEStream(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
         try:
-            self.feed(data)
+            if not self.status:
+                self._head += data
+                end = self._head.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(self._head) > _MAX_HEAD:
+                        raise UpstreamLost("llama-server sent an oversized response head")
+                    return
+                data = bytes(self._head[end + 4 :])
+                self._parse_head(bytes(self._head[:end]))
+                if self._remaining == 0:  # Content-Length: 0
+                    self._end_of_body()
+            self._body(data)
         except RunnerError as e:
             self.fail(e)
             return
@@ -100,30 +107,11 @@ class SSEStream(asyncio.Protocol):
                                        "llama runner closed the stream before it was done")
         self._wake()
 
-    def feed(self, data: bytes) -> None:
-        """Parse bytes of the response (the event loop's data_received, or a worker thread after detach())."""
-        if not self.status:
-            self._head += data
-            end = self._head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._head) > _MAX_HEAD:
-                    raise UpstreamLost("llama-server sent an oversized response head")
-                return
-            data = bytes(self._head[end + 4 :])
-            self._parse_head(bytes(self._head[:end]))
-            if self._remaining == 0:  # Content-Length: 0
-                self._end_of_body()
-        self._body(data)
-
     def fail(self, error: BaseException) -> None:
         """End the request with this error (also: the runner is being stopped) and drop the connection."""
         if self._error is None and not self._finished:
             self._error = error
         if self._transport is not None:
-            sock = self._transport.get_extra_info("socket")
-            if sock is not None:  # a worker thread may be reading a dup of it (detach)
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
             self._transport.abort()
         self._wake()
 
@@ -272,44 +260,6 @@ class SSEStream(asyncio.Protocol):
             self._timer.cancel()
         if self._transport is not None and not self._closed:
             self._transport.abort()
-
-    # -- the rest of the stream in a worker thread -------------------------------------------------------
-    def detach(self) -> socket.socket:
-        """Stop reading in the event loop; a socket on the same connection (a dup, still non-blocking) to go on
-        reading with `pull()` in a worker thread, where no event-loop wake-up is paid per token. Events
-        already parsed stay queued."""
-        assert self._transport is not None
-        if self._timer is not None:
-            self._timer.cancel()
-        self._transport.pause_reading()
-        return socket.socket(fileno=os.dup(self._transport.get_extra_info("socket").fileno()))
-
-    def pull(self, sock: socket.socket, poller: select.poll) -> list[dict[str, Any]]:
-        """(Worker thread, after detach.) The events parsed so far, reading more when there are none; [] at the
-        end of the stream. Raises as events() does."""
-        while not self._events:
-            if self._error is not None:
-                raise self._error
-            if self._finished:
-                return []
-            if not poller.poll(self._read_timeout * 1000 if self._read_timeout else None):
-                raise RunnerStalled(f"llama runner stopped responding: no output for {self._read_timeout:g}s")
-            try:
-                data = sock.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError as e:
-                raise UpstreamLost(f"connection to llama runner lost: {e}") from None
-            if data:
-                self.feed(data)
-            else:
-                if self.status and not self._chunked and self._remaining < 0:
-                    self._end_of_body()
-                if not self._finished and self._error is None:
-                    self._error = UpstreamLost("llama runner closed the stream before it was done")
-        events = list(self._events)
-        self._events.clear()
-        return events
 
 
 async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,

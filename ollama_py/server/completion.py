@@ -7,13 +7,9 @@ yields Delta events followed by one Final. Translation to NDJSON / SSE happens a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
-import select
-import socket
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -61,7 +57,6 @@ class CompletionRequest:
     suffix: str | None = None
     images: list[str] = field(default_factory=list)
     logprobs: int | None = None
-    sink: Any = None  # streaming.DirectSink: where the route lets Deltas go straight to the client's socket
     think: bool | str | None = None  # passed to the template; true or a level also splits off the thinking
     started: float = field(default_factory=time.perf_counter)
 
@@ -202,23 +197,43 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             body["return_tokens"] = True
         if req.logprobs is not None:
             body["n_probs"] = max(req.logprobs, 1)
-        acc = _Collected(req, prompt, stats)
+        text_parts: list[str] = []
+        thinking_parts: list[str] = []
+        tokens: list[int] = []
+        final_event: dict[str, Any] = {}
+        parser = None
+        if req.thinks:
+            opening, closing = infer_tags(req.model.template or "")
+            last = _prompt_text(prompt)
+            parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
         try:
-            async with loaded.client.open_stream("/completion", body) as stream:
-                async for event in stream.events():
-                    delta = acc.take(event)
-                    if delta is not None:
-                        yield delta
-                    if acc.done:
-                        break
-                    if req.sink is not None and delta is not None and req.sink.ready():
-                        # The client has the headers and a chunk: relay the rest from a worker thread, which
-                        # costs about half the CPU per token of event-loop wake-ups (bench/results/overhead.md).
-                        await _relay_in_thread(stream, acc, req.sink)
-                        break
+            async for event in loaded.client.stream("/completion", body):
+                stats.first_output()
+                stop = event.get("stop")
+                if stop:
+                    final_event = event
+                content = event.get("content", "")
+                if req.want_context and event.get("tokens") and not stop:
+                    tokens.extend(event["tokens"])
+                if parser is None:
+                    probs = None if stop else event.get("completion_probabilities")
+                    if content or probs:
+                        text_parts.append(content)
+                        yield Delta(content, event.get("tokens"), probs)
+                else:
+                    thought, content = parser.add(content)
+                    if stop:
+                        more_thought, more_content = parser.finish()
+                        thought, content = thought + more_thought, content + more_content
+                    if thought or content:
+                        thinking_parts.append(thought)
+                        text_parts.append(content)
+                        yield Delta(content, event.get("tokens"), None if stop else event.get("completion_probabilities"),
+                                    thought)
+                if stop:
+                    break
         except UpstreamLost as e:
             raise await _runner_death(loaded, e) from None
-        final_event, tokens, text_parts, thinking_parts = acc.final_event, acc.tokens, acc.text, acc.thinking
         timings = final_event.get("timings", {})
         context = None
         if req.want_context:
@@ -248,85 +263,6 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         )
         stats.finished(final)
         yield final
-
-
-class _Collected:
-    """The upstream events of one completion, turned into Deltas (thinking split off) and kept for the Final."""
-
-    def __init__(self, req: CompletionRequest, prompt: Any, stats: Any) -> None:
-        self.want_tokens = req.want_context
-        self.stats = stats
-        self.text: list[str] = []
-        self.thinking: list[str] = []
-        self.tokens: list[int] = []
-        self.final_event: dict[str, Any] = {}
-        self.done = False
-        self.parser = None
-        if req.thinks:
-            opening, closing = infer_tags(req.model.template or "")
-            self.parser = ThinkingParser(opening, closing, inside=_prompt_text(prompt).rstrip().endswith(opening))
-
-    def take(self, event: dict[str, Any]) -> Delta | None:
-        self.stats.first_output()
-        stop = bool(event.get("stop"))
-        if stop:
-            self.final_event, self.done = event, True
-        content = event.get("content", "")
-        if self.want_tokens and event.get("tokens") and not stop:
-            self.tokens.extend(event["tokens"])
-        probs = None if stop else event.get("completion_probabilities")
-        if self.parser is None:
-            if content or probs:
-                self.text.append(content)
-                return Delta(content, event.get("tokens"), probs)
-            return None
-        thought, content = self.parser.add(content)
-        if stop:
-            more_thought, more_content = self.parser.finish()
-            thought, content = thought + more_thought, content + more_content
-        if thought or content:
-            self.thinking.append(thought)
-            self.text.append(content)
-            return Delta(content, event.get("tokens"), probs, thought)
-        return None
-
-
-async def _relay_in_thread(stream: Any, acc: _Collected, sink: Any) -> None:
-    """Read the rest of the runner's stream and write each Delta to the client's socket in a worker thread.
-
-    The thread owns the two sockets it uses (dups) and closes them itself: closing them under it could hand
-    their numbers to other connections while it still polls them. A cancelled request stops it by shutting
-    the runner connection down, which also tells llama-server to stop generating."""
-    log.debug("relaying the rest of the stream from a worker thread")
-    upstream = stream.detach()
-    sink.open()
-    stop = threading.Event()
-
-    def relay() -> None:
-        try:
-            poller = select.poll()
-            poller.register(upstream, select.POLLIN)
-            while not stop.is_set():
-                events = stream.pull(upstream, poller)
-                if not events:
-                    return
-                for event in events:
-                    delta = acc.take(event)
-                    if delta is not None:
-                        sink.write(delta)
-                    if acc.done:
-                        return
-        finally:
-            upstream.close()
-            sink.close()
-
-    try:
-        await asyncio.to_thread(relay)
-    except BaseException:
-        stop.set()
-        with contextlib.suppress(OSError):
-            upstream.shutdown(socket.SHUT_RDWR)
-        raise
 
 
 async def _runner_death(loaded: Loaded, cause: Exception) -> RunnerError:

@@ -11,9 +11,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import os
-import select
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -55,56 +52,6 @@ class _StreamResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-class DirectSink:
-    """Chunks written straight to the client's socket from a worker thread (server/completion.py relays a
-    token stream that way once the headers and the first chunk are out): the same HTTP/1.1 chunked framing
-    aiohttp uses, so aiohttp writes the final chunk and the end of the body after it as usual. Usable only
-    while aiohttp has nothing buffered for the socket and the response is chunked and uncompressed."""
-
-    def __init__(self, encode: Callable[[Any], bytes]) -> None:
-        self.encode = encode
-        self._transport: Any = None
-        self._sock: socket.socket | None = None
-        self._poller: select.poll | None = None
-
-    def bind(self, request: web.Request, resp: web.StreamResponse) -> None:
-        if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression and request.transport:
-            self._transport = request.transport
-
-    def ready(self) -> bool:
-        t = self._transport
-        return t is not None and not t.is_closing() and t.get_write_buffer_size() == 0
-
-    def open(self) -> None:
-        """(Event loop.) A dup of the client's socket for the worker thread."""
-        raw = self._transport.get_extra_info("socket")
-        self._sock = socket.socket(fileno=os.dup(raw.fileno()))
-        self._poller = select.poll()
-        self._poller.register(self._sock, select.POLLOUT)
-
-    def write(self, item: Any) -> None:
-        """(Worker thread.) One chunk; ConnectionResetError when the client is gone or stops reading."""
-        assert self._sock is not None and self._poller is not None
-        data = self.encode(item)
-        view = memoryview(b"%x\r\n%s\r\n" % (len(data), data))
-        while view:
-            try:
-                view = view[self._sock.send(view):]
-            except BlockingIOError:
-                if not self._poller.poll(_SEND_TIMEOUT_MS):
-                    raise ConnectionResetError("client stopped reading") from None
-            except OSError as e:
-                raise ConnectionResetError(str(e)) from None
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-
-_SEND_TIMEOUT_MS = 60_000
-
-
 async def _first(events: AsyncIterator[Any]) -> tuple[bool, Any]:
     try:
         return True, await events.__anext__()
@@ -120,10 +67,8 @@ async def stream_response(
     encode: Callable[[Any], bytes],
     encode_error: Callable[[str], bytes],
     trailer: bytes = b"",
-    sink: DirectSink | None = None,
 ) -> web.StreamResponse:
-    """Write events as they come; the first is awaited before the headers go out. A sink is bound once they
-    are: the event source may then write further chunks through it itself."""
+    """Write events as they come; the first is awaited before the headers go out."""
     async with contextlib.aclosing(events):
         has_first, first = await _first(events)
         resp = _StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache",
@@ -132,8 +77,6 @@ async def stream_response(
         try:
             if has_first:
                 await resp.write(encode(first))
-                if sink is not None:
-                    sink.bind(request, resp)
                 async for event in events:
                     await resp.write(encode(event))
             if trailer:
@@ -161,15 +104,11 @@ async def _write_error(resp: web.StreamResponse, data: bytes) -> None:
         await resp.write(data)
 
 
-def ndjson_line(obj: Any) -> bytes:
-    return (dumps(obj) + "\n").encode()
-
-
-async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]],
-                 sink: DirectSink | None = None) -> web.StreamResponse:
+async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
     return await stream_response(
-        request, events, content_type="application/x-ndjson", encode=ndjson_line,
-        encode_error=lambda msg: (dumps({"error": msg}) + "\n").encode(), sink=sink,
+        request, events, content_type="application/x-ndjson",
+        encode=lambda o: (dumps(o) + "\n").encode(),
+        encode_error=lambda msg: (dumps({"error": msg}) + "\n").encode(),
     )
 
 

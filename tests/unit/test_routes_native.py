@@ -85,34 +85,3 @@ async def test_an_http_1_0_client_gets_the_whole_stream_unchunked(fake_app, aioh
     lines = [json.loads(x) for x in payload.splitlines()]
     assert "".join(x["response"] for x in lines) == "The quick brown fox jumps over"
     assert lines[-1]["done"] is True
-
-
-async def test_a_chunked_stream_relayed_from_a_worker_thread_is_well_formed(fake_app, aiohttp_server, caplog):
-    """Raw bytes of a streamed answer long enough to be relayed from the worker thread: every chunk framed."""
-    import asyncio
-    import logging
-
-    caplog.set_level(logging.DEBUG, logger="ollama_py.server.completion")
-    _, app = fake_app(fake_env={"FAKE_TOKEN_DELAY": "0.002", "FAKE_TOKENS": "100"})
-    server = await aiohttp_server(app)
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    body = json.dumps({"model": "tiny", "prompt": "hello", "options": {"num_predict": 40}}).encode()
-    writer.write(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    raw = await reader.read()
-    writer.close()
-    head, _, rest = raw.partition(b"\r\n\r\n")
-    assert b"transfer-encoding: chunked" in head.lower()
-    payload = b""
-    while True:  # decode the chunked body strictly
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            assert rest == b"\r\n"
-            break
-        payload += rest[:size]
-        assert rest[size:size + 2] == b"\r\n"
-        rest = rest[size + 2:]
-    lines = [json.loads(x) for x in payload.splitlines()]
-    assert len(lines) == 41 and lines[-1]["done"] is True and lines[-1]["eval_count"] == 40
-    assert "relaying the rest of the stream from a worker thread" in caplog.text
