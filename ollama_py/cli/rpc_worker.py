@@ -3,7 +3,6 @@ this one (OLLAMA_RPC_SERVERS=host:port,... on the serving side)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -59,13 +58,24 @@ def rpc_worker(host: str, port: int, threads: int | None, mem: int | None, cache
 
 
 def _serve_capped(binary: Path, host: str, port: int, threads: int | None, cache: bool, mem: int) -> None:
+    try:
+        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     inner = process.free_port()
     argv = rpc.worker_argv(binary, host="127.0.0.1", port=inner, threads=threads, cache=cache)
     child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=process.pdeathsig_preexec)
+    stopped = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.append(True))
     try:
         _wait_listening(child, inner)
         click.echo(f"rpc-worker: serving {host}:{port} with a memory cap of {mem} MiB", err=True)
-        asyncio.run(_relay_until_signal(host, port, inner, mem << 20, child))
+        with listener:
+            rpc_cap.serve(listener, ("127.0.0.1", inner), mem << 20,
+                          running=lambda: not stopped and child.poll() is None)
+        if child.poll() is not None and not stopped:
+            raise click.ClickException(f"the RPC server exited with status {child.returncode}")
     finally:
         if child.poll() is None:
             child.terminate()
@@ -84,20 +94,3 @@ def _wait_listening(child: subprocess.Popen, port: int, timeout: float = 30.0) -
             return
         time.sleep(0.05)
     raise click.ClickException(f"the RPC server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
-
-
-async def _relay_until_signal(host: str, port: int, inner: int, cap: int, child: subprocess.Popen) -> None:
-    try:
-        server = await rpc_cap.serve(host, port, ("127.0.0.1", inner), cap)
-    except OSError as e:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        while not stop.is_set() and child.poll() is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
-    if child.poll() is not None and not stop.is_set():
-        raise click.ClickException(f"the RPC server exited with status {child.returncode}")
