@@ -15,8 +15,8 @@ It also clears the transport capabilities in HELLO, so the two ends keep to plai
 The protocol (ggml-rpc.cpp): a request is | cmd: u8 | size: u64 | payload |; the commands in REPLIED are
 answered with | size: u64 | payload |. The client waits for each answer before it sends anything else, so
 the relay handles one request at a time per connection. It does so with blocking sockets, a thread per
-connection: every token of a spread model crosses it several times, and a blocked thread wakes for less CPU
-than an event loop does (bench/results/rpc.md).
+connection: every token of a spread model crosses it several times, and on the 2-core VM this was measured on
+a blocked thread woke and relayed a message for about two thirds of the CPU an asyncio loop needed.
 """
 
 from __future__ import annotations
