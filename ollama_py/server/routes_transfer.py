@@ -60,14 +60,16 @@ async def _respond(request: web.Request, body: dict[str, Any],
     return web.json_response(items[-1] if items else {"status": "success"})
 
 
+async def _transfer(request: web.Request) -> tuple[dict[str, Any], Any, Any]:
+    """A pull or push request: its body, the model it names and the registry options (`insecure` honoured)."""
+    body = await read_json(request)
+    return body, model_name(body), registry_options(request, field(body, "insecure", bool, False))
+
+
 @routes.post("/api/pull")
 async def pull(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
-    name = model_name(body)
-    insecure = field(body, "insecure", bool, False)
-    store = request.app[STORE]
-    options = registry_options(request, insecure)
-    noprune = request.app[SETTINGS].noprune
+    body, name, options = await _transfer(request)
+    store, noprune = request.app[STORE], request.app[SETTINGS].noprune
     log.info("pulling %s", name)
     return await _respond(request, body, lambda cancel: pull_model(store, name, options=options, noprune=noprune,
                                                                     cancel=cancel))
@@ -75,10 +77,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/api/push")
 async def push(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
-    name = model_name(body)
-    insecure = field(body, "insecure", bool, False)
+    body, name, options = await _transfer(request)
     store = request.app[STORE]
-    options = registry_options(request, insecure)
     log.info("pushing %s", name)
     return await _respond(request, body, lambda cancel: push_model(store, name, options=options, cancel=cancel))

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from ollama_py.api.names import parse_name
 from ollama_py.runner.argv import MEDIA_MARKER
+from ollama_py.server.app import create_app
+from ollama_py.store.create import create_model
+from ollama_py.store.models import ModelStore
 from tests.conftest import create_tiny_model, fake_scheduler, make_settings
 from tests.fakes.gguf_files import write_gguf
 
@@ -19,18 +23,12 @@ M = MEDIA_MARKER
 
 @pytest.fixture
 async def client(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
-    from ollama_py.server.app import create_app
-    from ollama_py.store.models import ModelStore
-
     settings = make_settings(tmp_path)
     projector = write_gguf(tmp_path / "mmproj.gguf", "clip", {"clip.has_vision_encoder": True},
                            general_type="projector")
     store = ModelStore(settings.models)
     model_digest, _ = store.blobs.write_file(tiny_gguf)
     proj_digest, _ = store.blobs.write_file(projector)
-    from ollama_py.api.names import parse_name
-    from ollama_py.store.create import create_model
-
     for _ in create_model(store, parse_name("seer"), {"files": {"model.gguf": model_digest,
                                                                "mmproj.gguf": proj_digest}}):
         pass
