@@ -82,18 +82,11 @@ class LlamaClient:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             return await self.session.post(self.base_url + path, json=body)
 
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
         url = urllib.parse.urlsplit(self.base_url)
-        stream = await sse.post_stream(url.hostname or "127.0.0.1", url.port or 80, path, body,
-                                       read_timeout=self.read_timeout)
-        self._streams.add(stream)
-        try:
-            async with contextlib.aclosing(stream.events()) as events:
-                async for event in events:
-                    yield event
-        finally:
-            self._streams.discard(stream)
+        return sse.stream_events(url.hostname or "127.0.0.1", url.port or 80, path, body,
+                                 read_timeout=self.read_timeout, streams=self._streams)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         try:

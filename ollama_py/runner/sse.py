@@ -15,10 +15,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ollama_py import fastjson
 from ollama_py.errors import BadRequest, RunnerError
 
 _HIGH_WATER, _LOW_WATER = 256, 32  # events queued before reading pauses / resumes (a slow client)
 _MAX_HEAD = 64 * 1024
+_READ_SIZE = 64 * 1024  # one receive buffer per stream, reused for every read
 
 
 class UpstreamLost(RunnerError):
@@ -41,8 +43,13 @@ def error_from(status: int, text: str) -> RunnerError:
     return RunnerError(f"llama-server {status}: {message}")
 
 
-class SSEStream(asyncio.Protocol):
-    """The response to one request; iterate `events()` for the `data:` payloads as dicts."""
+class SSEStream(asyncio.BufferedProtocol):
+    """The response to one request; iterate `events()` for the `data:` payloads as dicts.
+
+    A buffered protocol: the transport reads into one buffer of ours. A plain protocol gets a new bytes object
+    per read, which asyncio allocates at 256 KiB and shrinks; at one read per token that allocation costs more
+    than the rest of the parsing.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None) -> None:
         self._loop = loop
@@ -63,6 +70,7 @@ class SSEStream(asyncio.Protocol):
         self._paused = False
         self._last_read = loop.time()
         self._timer: asyncio.TimerHandle | None = None
+        self._buffer = memoryview(bytearray(_READ_SIZE))
 
     # -- the protocol side -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -70,8 +78,12 @@ class SSEStream(asyncio.Protocol):
         if self._read_timeout:
             self._timer = self._loop.call_later(self._read_timeout, self._check_silence)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._last_read = self._loop.time()
+        data: bytes | memoryview = self._buffer[:nbytes]
         try:
             if not self.status:
                 self._head += data
@@ -210,7 +222,7 @@ class SSEStream(asyncio.Protocol):
                     self._finished = True
                     return
                 try:
-                    event = json.loads(payload)
+                    event = fastjson.loads(payload.decode())
                 except ValueError:
                     raise UpstreamLost(f"llama-server sent an event that is not JSON: {payload[:80]!r}") from None
                 if "error" in event and "content" not in event:
@@ -232,34 +244,54 @@ class SSEStream(asyncio.Protocol):
         self._wake()
 
     # -- the consumer side -----------------------------------------------------------------------------
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        events = self._events
+    def take(self) -> collections.deque[dict[str, Any]]:
+        """The events parsed so far, to be consumed by popping from the left (reading resumes if it was
+        paused)."""
+        if self._paused and len(self._events) < _LOW_WATER and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return self._events
+
+    async def wait(self) -> bool:
+        """Wait for more events; False when the stream is over (raises its error, if it failed)."""
+        if self._error is not None:
+            raise self._error
+        if self._finished:
+            return False
+        self._waiter = self._loop.create_future()
         try:
-            while True:
-                if events:
-                    event = events.popleft()
-                    if self._paused and len(events) < _LOW_WATER and self._transport is not None:
-                        self._paused = False
-                        self._transport.resume_reading()
-                    yield event
-                    continue
-                if self._error is not None:
-                    raise self._error
-                if self._finished:
-                    return
-                self._waiter = self._loop.create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
+            await self._waiter
         finally:
-            self.close()
+            self._waiter = None
+        return True
 
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self._transport is not None and not self._closed:
             self._transport.abort()
+
+
+async def stream_events(host: str, port: int, path: str, body: dict[str, Any], *,
+                        read_timeout: float | None = None,
+                        streams: set[SSEStream] | None = None) -> AsyncIterator[dict[str, Any]]:
+    """POST `body` and yield each `data:` event as a dict, up to the last. The hot path: one generator frame
+    between the socket and the consumer. `streams` holds the stream while it is open (to fail it from outside)."""
+    stream = await post_stream(host, port, path, body, read_timeout=read_timeout)
+    if streams is not None:
+        streams.add(stream)
+    try:
+        events = stream.take()
+        while True:
+            while events:
+                yield events.popleft()
+            stream.take()  # reading resumes if a slow consumer had paused it
+            if not await stream.wait():
+                return
+    finally:
+        stream.close()
+        if streams is not None:
+            streams.discard(stream)
 
 
 async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,

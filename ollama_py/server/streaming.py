@@ -7,9 +7,9 @@ closed, so a client that hangs up frees its runner slot at once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py.errors import OllamaError
+from ollama_py.fastjson import dumps
 from ollama_py.server.errors import describe, error_body
 
 log = logging.getLogger(__name__)
@@ -35,14 +36,6 @@ def now_rfc3339() -> str:
         _SECOND[0] = second
         _SECOND[1] = dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
     return f"{_SECOND[1]}{micros:06d}Z"
-
-
-# One encoder for every chunk: json.dumps with options builds a new JSONEncoder on each call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def dumps(obj: Any) -> str:
-    return _ENCODER.encode(obj)
 
 
 class _StreamResponse(web.StreamResponse):
@@ -77,8 +70,7 @@ async def stream_response(
         try:
             if has_first:
                 await resp.write(encode(first))
-                async for event in events:
-                    await resp.write(encode(event))
+                await _pump(events, resp, encode)
             if trailer:
                 await resp.write(trailer)
         except OllamaError as e:
@@ -97,6 +89,24 @@ async def stream_response(
         with contextlib.suppress(ConnectionError):
             await resp.write_eof()
     return resp
+
+
+async def _relay(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes]) -> None:
+    async for event in events:
+        await resp.write(encode(event))
+
+
+async def _pump(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes]) -> None:
+    """Relay the rest of the stream in a task of its own. Each token resumes only the frames of that task,
+    not the handler's whole await chain (aiohttp's request handling, the middlewares, the route)."""
+    task = asyncio.ensure_future(_relay(events, resp, encode))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task  # the events are closed after this, never while the task is still inside them
+        raise
 
 
 async def _write_error(resp: web.StreamResponse, data: bytes) -> None:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ollama_py.errors import BadRequest, RunnerError
-from ollama_py.runner.sse import RunnerStalled, UpstreamLost, post_stream
+from ollama_py.runner.sse import RunnerStalled, UpstreamLost, post_stream, stream_events
 
 EVENTS = [{"content": "Hel", "stop": False}, {"content": "lo", "stop": False},
           {"content": "", "stop": True, "timings": {"predicted_n": 2}}]
@@ -33,8 +33,7 @@ async def respond(raw: bytes, *, close: bool = True, pause: float = 0.0) -> list
     server = await asyncio.start_server(on_client, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        stream = await post_stream("127.0.0.1", port, "/completion", {"prompt": "x"}, read_timeout=0.3)
-        return [e async for e in stream.events()]
+        return [e async for e in stream_events("127.0.0.1", port, "/completion", {"prompt": "x"}, read_timeout=0.3)]
     finally:
         server.close()
         await asyncio.sleep(pause)  # let the handler finish
