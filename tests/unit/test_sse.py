@@ -108,3 +108,30 @@ def test_nobody_listening_is_upstream_lost():
 
     with pytest.raises(UpstreamLost, match="connection to llama runner lost"):
         asyncio.run(run())
+
+
+def test_a_slow_consumer_pauses_reading_and_still_gets_every_event_in_order():
+    """Thousands of events arrive at once: reading pauses while they wait to be consumed and resumes after."""
+    many = [{"content": f"t{i}", "stop": False} for i in range(3000)] + [{"content": "", "stop": True}]
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in many)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+
+    async def main() -> list[dict]:
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(head + body)
+            await writer.drain()
+
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        got = []
+        try:
+            async for event in stream_events("127.0.0.1", port, "/completion", {}, read_timeout=5):
+                got.append(event)
+                if len(got) % 50 == 0:
+                    await asyncio.sleep(0.001)  # a client that reads slowly
+        finally:
+            server.close()
+        return got
+
+    assert asyncio.run(main()) == many

@@ -1,0 +1,36 @@
+"""The per-token JSON helpers give what the standard json module gives, and refuse what it refuses."""
+
+import json
+
+import pytest
+
+from ollama_py import fastjson
+
+VALUES = [
+    {"model": "smollm2", "created_at": "2026-11-22T06:00:00.123456Z", "response": " the", "done": False},
+    {"text": 'quote " backslash \\ newline \n tab \t control \x01 del \x7f', "emoji": "😀", "accents": "é"},
+    {"html": "<b>&</b>", "nested": {"list": [1, 2.5, -0.0, None, True, False, 10**20]}},
+    [], {}, "", "plain", 0, 1.5, None,
+]
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_dumps_is_compact_json_with_unicode_kept(value):
+    assert fastjson.dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_loads_reads_back_what_dumps_wrote(value):
+    assert fastjson.loads(fastjson.dumps(value)) == value
+    assert fastjson.loads(f"  {json.dumps(value)}\n") == value
+
+
+def test_dumps_refuses_what_json_cannot_encode():
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        fastjson.dumps({"x": object()})
+
+
+@pytest.mark.parametrize("text", ["", "   ", "{", '{"a": 1} trailing', "nul", '{"a": "\\x"}', "[1,]"])
+def test_loads_refuses_what_is_not_one_json_value(text):
+    with pytest.raises(ValueError):
+        fastjson.loads(text)
