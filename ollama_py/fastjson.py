@@ -3,8 +3,8 @@
 `json.loads` and `json.dumps` wrap those C functions in several Python frames (encoding detection, a
 whitespace regex, argument handling). That is nothing once, but every streamed token is decoded once (the
 runner's event) and encoded once (the client's chunk), and between tokens the gateway sleeps while llama-server
-evicts its caches, so each of those frames runs cold: on a 2-core VM the two wrappers cost ~70 us a token, a
-quarter of what the gateway spends on it. Output is byte for byte what `json.dumps(obj, ensure_ascii=False,
+evicts its caches, so each of those frames runs cold: in a bare relay on our 2-core VM the two wrappers cost
+~70 us a token. Output is byte for byte what `json.dumps(obj, ensure_ascii=False,
 separators=(",", ":"))` gives.
 """
 

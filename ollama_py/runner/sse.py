@@ -44,11 +44,10 @@ def error_from(status: int, text: str) -> RunnerError:
 
 
 class SSEStream(asyncio.BufferedProtocol):
-    """The response to one request; iterate `events()` for the `data:` payloads as dicts.
+    """The response to one request; `stream_events` yields its `data:` payloads as dicts.
 
-    A buffered protocol: the transport reads into one buffer of ours. A plain protocol gets a new bytes object
-    per read, which asyncio allocates at 256 KiB and shrinks; at one read per token that allocation costs more
-    than the rest of the parsing.
+    A buffered protocol: the transport reads into one buffer of ours, where a plain protocol would get a new
+    bytes object per read (asyncio allocates 256 KiB for it and shrinks it), once per token.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None) -> None:
