@@ -418,9 +418,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"Model `{Path(doc['model']).name}`, runner `{doc['runner'].replace(str(ROOT) + '/', '')}`"
         + (f" ({'; '.join(str(v) for v in m['llama_cpp'].values())})" if m.get("llama_cpp") else "") + ".",
         "",
-        f"**The machine was shared**: other engineers ran test suites on it during the run (load average "
-        f"{m.get('load_average_at_start')} at the start, {m.get('load_average_at_end')} at the end, on "
-        f"{m['cores']} cores). Rounds alternate between the two sides and the table shows medians, but single "
+        f"Load average {m.get('load_average_at_start')} at the start, {m.get('load_average_at_end')} at the "
+        f"end, on {m['cores']} cores (the benchmark itself keeps both busy). Rounds alternate between the two sides and the table shows medians, but single "
         "numbers are noisy; compare the ratios, not the absolute speeds.",
         "",
     ]
