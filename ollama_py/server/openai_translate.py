@@ -144,9 +144,13 @@ def response_format(value: Any) -> Any:
 
 
 def _image(part: dict[str, Any]) -> str:
-    """A base64 data-URL image part -> the base64 payload (Ollama accepts jpeg, jpg, png, webp, or no type)."""
+    """A chat image part ({"image_url": {"url": ...}} or {"image_url": "..."}) -> the base64 payload."""
     raw = part.get("image_url")
-    url = raw.get("url") if isinstance(raw, dict) else raw
+    return image_data(raw.get("url") if isinstance(raw, dict) else raw)
+
+
+def image_data(url: Any) -> str:
+    """A base64 data URL -> the base64 payload (Ollama accepts jpeg, jpg, png, webp, or no type)."""
     if not isinstance(url, str):
         raise BadRequest("invalid message format")
     for prefix in _IMAGE_PREFIXES:
@@ -259,6 +263,26 @@ def check_tools(tools: Any) -> list[dict[str, Any]] | None:
             for t in tools):
         raise BadRequest('tools must be an array of {"type": "function", "function": {"name": ...}} objects')
     return tools
+
+
+def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, Any]],
+                            tools: list[dict[str, Any]] | None) -> None:
+    """The native /api/chat checks, so both APIs refuse the same requests."""
+    caps = model.capabilities
+    if "completion" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support chat')
+    if tools and "tools" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support tools')
+    if any(m.get("images") for m in messages) and "vision" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support vision')
+
+
+def think_for(think: bool | str | None, model: Any) -> bool | str | None:
+    """Ollama relaxes thinking for the OpenAI routes: asked of a model without it, it is dropped, not refused;
+    a thinking model thinks unless told "none"."""
+    if "thinking" not in model.capabilities:
+        return None
+    return True if think is None else think
 
 
 def parse_chat(body: dict[str, Any]) -> ChatParams:

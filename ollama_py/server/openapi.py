@@ -101,6 +101,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "OpenAIEmbeddingRequest": _obj(("model", "input"), model=_STR, input=_STR_OR_STRS,
                                    encoding_format={"enum": ["float", "base64"]}, dimensions=_INT),
+    "OpenAIResponsesRequest": _obj(
+        ("model", "input"), model=_STR, input={"oneOf": [_STR, {"type": "array", "items": {"type": "object"}}]},
+        instructions=_STR, stream=_BOOL, temperature=_NUM, top_p=_NUM, max_output_tokens=_INT,
+        tools={"type": "array"}, reasoning={"type": "object"}, text={"type": "object"},
+    ),
     "AnthropicMessagesRequest": _obj(
         ("model", "max_tokens", "messages"), model=_STR, max_tokens={**_INT, "minimum": 1},
         messages={"type": "array", "items": _obj(("role", "content"), role={"enum": ["user", "assistant"]},
@@ -143,6 +148,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("post", "/v1/embeddings", "OpenAI embeddings", "OpenAIEmbeddingRequest"),
     Operation("get", "/v1/models", "OpenAI model list"),
     Operation("get", "/v1/models/{model}", "OpenAI model"),
+    Operation("post", "/v1/responses", "OpenAI responses (stateless)", "OpenAIResponsesRequest", "sse"),
     Operation("post", "/v1/messages", "Anthropic messages", "AnthropicMessagesRequest", "sse"),
     Operation("get", "/metrics", "Prometheus metrics"),
     Operation("get", "/openapi.json", "This document"),

@@ -1,5 +1,5 @@
 """OpenAI-compatible routes (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models) and the
-registration of the Anthropic one (/v1/messages, in routes_anthropic.py).
+registration of /v1/responses (routes_responses.py) and the Anthropic one (/v1/messages, routes_anthropic.py).
 
 Each handler translates the request (openai_translate), runs the one inference path (completion.run_completion
 or embeddings.embed) and translates the events back; errors are raised and the middleware writes OpenAI's
@@ -27,6 +27,7 @@ from ollama_py.server.keys import SCHEDULER, STORE
 from ollama_py.server.models import find_model, keep_alive, merged_options
 from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_anthropic import messages as anthropic_messages
+from ollama_py.server.routes_responses import responses
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import collect, sse
 
@@ -34,26 +35,7 @@ log = logging.getLogger(__name__)
 
 routes = web.RouteTableDef()
 routes.post("/v1/messages")(anthropic_messages)
-
-
-def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, Any]],
-                            tools: list[dict[str, Any]] | None) -> None:
-    """The native /api/chat checks, so both APIs refuse the same requests."""
-    caps = model.capabilities
-    if "completion" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support chat')
-    if tools and "tools" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support tools')
-    if any(m.get("images") for m in messages) and "vision" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support vision')
-
-
-def oai_think(think: bool | str | None, model: Any) -> bool | str | None:
-    """Ollama relaxes thinking for the OpenAI routes: asked of a model without it, it is dropped, not refused;
-    a thinking model thinks unless told "none"."""
-    if "thinking" not in model.capabilities:
-        return None
-    return True if think is None else think
+routes.post("/v1/responses")(responses)
 
 
 @routes.post("/v1/chat/completions")
@@ -64,11 +46,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     params = oai.parse_chat(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
-    check_chat_capabilities(model, raw_name, params.messages, params.tools)
+    oai.check_chat_capabilities(model, raw_name, params.messages, params.tools)
     opts = merged_options(request, model, params.options)
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
                             messages=chat_messages(model, params.messages), tools=params.tools,
-                            logprobs=params.top_logprobs, think=oai_think(params.think, model), started=started)
+                            logprobs=params.top_logprobs, think=oai.think_for(params.think, model), started=started)
     meta = oai.new_meta("chatcmpl", raw_name)
     top = params.top_logprobs
     events = run_completion(request.app[SCHEDULER], req)

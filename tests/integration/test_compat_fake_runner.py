@@ -114,3 +114,65 @@ async def test_runner_crash_mid_stream_reaches_the_anthropic_client(base_url: Ca
         await _drain(stream)
     assert e.value.body["type"] == "error"
     assert e.value.body["error"]["type"] == "api_error"
+
+
+RESP_TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+
+
+async def test_responses_text_stream_and_not(base_url: Callable[..., Any]) -> None:
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_REPLY="It is sunny in Paris.") + "/v1", api_key="x",
+                                max_retries=0)
+    resp = await client.responses.create(model="tiny", input="Weather in Paris?", instructions="Be brief.")
+    assert resp.id.startswith("resp_") and resp.object == "response" and resp.status == "completed"
+    assert resp.output_text == "It is sunny in Paris."
+    assert resp.instructions == "Be brief."
+    assert resp.usage.output_tokens > 0 and resp.usage.input_tokens > 0
+    assert resp.usage.total_tokens == resp.usage.input_tokens + resp.usage.output_tokens
+
+    async with client.responses.stream(model="tiny", input=[{"role": "user", "content": "Weather?"}]) as stream:
+        deltas = [ev.delta async for ev in stream if ev.type == "response.output_text.delta"]
+        final = await stream.get_final_response()
+    assert "".join(deltas) == "It is sunny in Paris." and len(deltas) > 1
+    assert final.output_text == "It is sunny in Paris." and final.status == "completed"
+
+
+async def test_responses_event_order(base_url: Callable[..., Any]) -> None:
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_REPLY="Hi there") + "/v1", api_key="x", max_retries=0)
+    events = await _drain(await client.responses.create(model="tiny", input="Hi", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.completed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+async def test_responses_function_call_and_its_output(base_url: Callable[..., Any], tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_REPLY=TOOL_REPLY, FAKE_LOG_FILE=str(log)) + "/v1",
+                                api_key="x", max_retries=0)
+    resp = await client.responses.create(model="tiny", input="Weather in Paris?", tools=RESP_TOOLS)
+    [call] = resp.output
+    assert (call.type, call.name, json.loads(call.arguments)) == ("function_call", "get_weather", {"city": "Paris"})
+    async with client.responses.stream(model="tiny", input="Weather in Paris?", tools=RESP_TOOLS) as stream:
+        streamed = await stream.get_final_response()
+    assert [(o.type, o.name) for o in streamed.output] == [("function_call", "get_weather")]
+
+    # The call and its result sent back as input reach the model as an assistant tool call and a tool message.
+    await client.responses.create(model="tiny", tools=RESP_TOOLS, input=[
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": call.call_id, "name": "get_weather", "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "22 degrees and sunny"}])
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert "22 degrees and sunny" in json.dumps(last)
+
+
+async def test_responses_bad_input_is_an_openai_400(base_url: Callable[..., Any]) -> None:
+    client = openai.AsyncOpenAI(base_url=await base_url() + "/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="unknown input item type"):
+        await client.responses.create(model="tiny", input=[{"type": "telepathy"}])
+    with pytest.raises(openai.BadRequestError, match="not supported"):
+        await client.responses.create(model="tiny", input="Hi", previous_response_id="resp_123")
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.create(model="no-such-model", input="Hi")

@@ -162,3 +162,20 @@ def test_empty_messages_is_a_bad_request(client: openai.OpenAI, live_server: Any
         client.chat.completions.create(model=live_server.model, messages=[])
     assert e.value.body["message"] == "[] is too short - 'messages'"
     assert e.value.body["type"] == "invalid_request_error"
+
+
+def test_responses_match_chat_completions(client: openai.OpenAI, live_server: Any) -> None:
+    chat = client.chat.completions.create(model=live_server.model, messages=HI, max_tokens=12, temperature=0,
+                                          top_p=1.0)
+    resp = client.responses.create(model=live_server.model, input="Say hi", max_output_tokens=12, temperature=0,
+                                   top_p=1.0)
+    assert resp.status == "completed" and resp.model == live_server.model
+    assert resp.output_text == chat.choices[0].message.content
+    assert resp.usage.input_tokens == chat.usage.prompt_tokens
+    assert resp.usage.output_tokens == chat.usage.completion_tokens
+
+    with client.responses.stream(model=live_server.model, input="Say hi", max_output_tokens=12, temperature=0,
+                                 top_p=1.0) as stream:
+        deltas = [ev.delta for ev in stream if ev.type == "response.output_text.delta"]
+        streamed = stream.get_final_response()
+    assert "".join(deltas) == streamed.output_text == resp.output_text

@@ -1,0 +1,360 @@
+"""OpenAI's Responses API (POST /v1/responses) <-> the native chat path, as Ollama does it: stateless only.
+
+A request becomes native chat messages, options, tools, format and think; the answer (a Final, or Deltas then a
+Final) becomes a `response` object, or the stream of named events the `openai` client's `responses.stream()`
+reads: response.created, response.in_progress, output items (reasoning, message, function_call) with their
+deltas and `done` events, and response.completed carrying the whole response.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ollama_py.errors import BadRequest
+from ollama_py.server import openai_translate as oai
+from ollama_py.server.completion import Final
+from ollama_py.server.requests import field
+
+_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+_EFFORTS = ("low", "medium", "high", "max")
+
+Event = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesParams:
+    messages: list[dict[str, Any]]
+    options: dict[str, Any]
+    format: Any
+    tools: list[dict[str, Any]] | None  # in the chat form {"type": "function", "function": {...}}
+    think: bool | str | None
+    stream: bool
+    echo: dict[str, Any]  # the request's settings, repeated in every response object
+
+
+# -- requests -----------------------------------------------------------------------------------------------
+def parse_responses(body: dict[str, Any]) -> ResponsesParams:
+    for key in ("previous_response_id", "conversation"):
+        if body.get(key) not in (None, ""):
+            raise BadRequest(f"{key} is not supported: responses are not stored; send the whole conversation "
+                             "as input")
+    instructions = field(body, "instructions", str, "") or ""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    messages += _input_messages(body.get("input"))
+    if not messages:
+        raise BadRequest("input is required")
+
+    options: dict[str, Any] = {"temperature": field(body, "temperature", float, 1.0)}
+    if (top_p := field(body, "top_p", float)) is not None:
+        options["top_p"] = top_p
+    if (max_tokens := field(body, "max_output_tokens", int)) is not None:
+        options["num_predict"] = max_tokens
+
+    reasoning = field(body, "reasoning", dict) or {}
+    effort = reasoning.get("effort")
+    think: bool | str | None = None
+    if effort not in (None, ""):
+        if effort == "none":
+            think = False
+        elif effort in _EFFORTS:
+            think = str(effort)
+        else:
+            raise BadRequest(f'invalid reasoning value: {json.dumps(effort)} '
+                             '(must be "high", "medium", "low", "max", or "none")')
+
+    text = field(body, "text", dict) or {}
+    text_format = text.get("format") if isinstance(text.get("format"), dict) else None
+    fmt = None
+    if text_format and text_format.get("type") == "json_schema" and text_format.get("schema") is not None:
+        if not isinstance(text_format["schema"], dict):
+            raise BadRequest("text.format.schema must be a JSON schema object")
+        fmt = text_format["schema"]
+
+    raw_tools = body.get("tools") or []
+    tools = _tools(raw_tools)
+    echo = {
+        "instructions": instructions or None,
+        "tools": raw_tools,
+        "text": {"format": text_format or {"type": "text"}},
+        "reasoning": ({"effort": reasoning.get("effort") or None, "summary": reasoning.get("summary") or None}
+                      if reasoning.get("effort") or reasoning.get("summary") else None),
+        "temperature": options["temperature"],
+        "top_p": options.get("top_p", 1.0),
+        "max_output_tokens": options.get("num_predict"),
+        "truncation": field(body, "truncation", str) or "disabled",
+        "background": field(body, "background", bool, False),
+    }
+    return ResponsesParams(messages=messages, options=options, format=fmt, tools=tools, think=think,
+                           stream=field(body, "stream", bool, False), echo=echo)
+
+
+def _input_messages(raw: Any) -> list[dict[str, Any]]:
+    """`input`: a string (one user message) or a list of items (messages, function calls and their outputs,
+    reasoning) -> native chat messages."""
+    if raw is None or raw == "":
+        return []
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    if not isinstance(raw, list):
+        raise BadRequest("input must be a string or array")
+    out: list[dict[str, Any]] = []
+    pending_thinking = ""  # a reasoning item belongs to the assistant message after it
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise BadRequest(f"input[{i}] must be an object")
+        kind = item.get("type") or ("message" if item.get("role") else "")
+        if kind == "message":
+            role = _ROLES.get(str(item.get("role", "")).lower())
+            if role is None:
+                raise BadRequest(f"input[{i}]: invalid role {item.get('role')!r}: "
+                                 "must be one of user, system, developer, assistant")
+            text, images = _content(item.get("content"), f"input[{i}]")
+            msg: dict[str, Any] = {"role": role, "content": text}
+            if images:
+                msg["images"] = images
+            if role == "assistant" and pending_thinking:
+                msg["thinking"], pending_thinking = pending_thinking, ""
+            out.append(msg)
+        elif kind == "function_call":
+            call = _function_call(item, i)
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            if pending_thinking:
+                out[-1]["thinking"], pending_thinking = pending_thinking, ""
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            output = item.get("output", "")
+            text, images = (output, []) if isinstance(output, str) else _content(output, f"input[{i}].output")
+            msg = {"role": "tool", "content": text}
+            if images:
+                msg["images"] = images
+            if isinstance(call_id, str) and call_id:
+                msg["tool_call_id"] = call_id
+                if name := _tool_name(out, call_id):
+                    msg["tool_name"] = name
+            out.append(msg)
+        elif kind == "reasoning":
+            content = item.get("encrypted_content")
+            pending_thinking = content if isinstance(content, str) else ""
+        elif not kind:
+            raise BadRequest(f"input[{i}]: input item missing required 'type' field")
+        else:
+            raise BadRequest(f"input[{i}]: unknown input item type: {json.dumps(kind)}")
+    if pending_thinking:
+        out.append({"role": "assistant", "content": "", "thinking": pending_thinking})
+    return out
+
+
+def _content(raw: Any, where: str) -> tuple[str, list[str]]:
+    """A message's content (a string, or parts) -> its text and base64 images."""
+    if raw is None or isinstance(raw, str):
+        return raw or "", []
+    if not isinstance(raw, list):
+        raise BadRequest(f"{where}: content must be a string or array")
+    text, images = "", []
+    for j, part in enumerate(raw):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
+            text += part["text"]
+        elif kind == "input_image":
+            if part.get("image_url"):  # file_id images are not supported: skipped, as Ollama does
+                images.append(oai.image_data(part["image_url"]))
+        elif kind == "input_file":
+            raise BadRequest("file inputs are not currently supported")
+        else:
+            raise BadRequest(f"{where}: content[{j}]: unknown content type: {json.dumps(kind)}")
+    return text, images
+
+
+def _function_call(item: dict[str, Any], i: int) -> dict[str, Any]:
+    name, args = item.get("name"), item.get("arguments") or ""
+    if not isinstance(name, str) or not isinstance(args, str):
+        raise BadRequest(f"input[{i}]: a function_call needs a name and arguments (a JSON string)")
+    try:
+        parsed = json.loads(args) if args.strip() else {}
+    except ValueError:
+        raise BadRequest(f"input[{i}]: failed to parse function call arguments") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest(f"input[{i}]: function call arguments must be a JSON object")
+    call: dict[str, Any] = {"function": {"name": name, "arguments": parsed}}
+    if isinstance(item.get("call_id"), str):
+        call["id"] = item["call_id"]
+    return call
+
+
+def _tool_name(messages: list[dict[str, Any]], call_id: str) -> str:
+    for m in reversed(messages):
+        for call in m.get("tool_calls") or []:
+            if call.get("id") == call_id:
+                return call["function"]["name"]
+    return ""
+
+
+def _tools(raw: Any) -> list[dict[str, Any]] | None:
+    """Responses tools ({"type", "name", "parameters"}) -> chat tools ({"type", "function": {...}})."""
+    if not raw:
+        return None
+    if not isinstance(raw, list):
+        raise BadRequest("tools must be an array")
+    tools = []
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or t.get("type", "function") != "function":
+            raise BadRequest(f'tools[{i}] must be a {{"type": "function", "name": ...}} object')
+        fn: dict[str, Any] = {"name": t["name"], "description": t.get("description") or ""}
+        if t.get("parameters") is not None:
+            fn["parameters"] = t["parameters"]
+        tools.append({"type": "function", "function": fn})
+    return tools
+
+
+# -- responses ----------------------------------------------------------------------------------------------
+def new_ids() -> tuple[str, str]:
+    """A response id and its message item's id."""
+    return f"resp_{uuid.uuid4().hex[:24]}", f"msg_{uuid.uuid4().hex[:24]}"
+
+
+def response_object(response_id: str, model: str, echo: dict[str, Any], status: str, output: list[dict[str, Any]],
+                    final: Final | None) -> dict[str, Any]:
+    """The `response` object: the output items and, once done, the usage."""
+    usage = None
+    if final is not None:
+        usage = {"input_tokens": final.prompt_tokens, "output_tokens": final.eval_count,
+                 "total_tokens": final.prompt_tokens + final.eval_count,
+                 "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+    return {
+        "id": response_id, "object": "response", "created_at": int(time.time()),
+        "completed_at": int(time.time()) if status == "completed" else None, "status": status,
+        "incomplete_details": None, "model": model, "previous_response_id": None,
+        "instructions": echo["instructions"], "output": output, "error": None, "tools": echo["tools"],
+        "tool_choice": "auto", "truncation": echo["truncation"], "parallel_tool_calls": True, "text": echo["text"],
+        "top_p": echo["top_p"], "presence_penalty": 0, "frequency_penalty": 0, "top_logprobs": 0,
+        "temperature": echo["temperature"], "reasoning": echo["reasoning"], "usage": usage,
+        "max_output_tokens": echo["max_output_tokens"], "max_tool_calls": None, "store": False,
+        "background": echo["background"], "service_tier": "default", "metadata": {}, "safety_identifier": None,
+        "prompt_cache_key": None,
+    }
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id, "type": "message", "status": status, "role": "assistant",
+            "content": [_text_part(text)] if status == "completed" else []}
+
+
+def _reasoning_item(item_id: str, thinking: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "reasoning", "summary": [{"type": "summary_text", "text": thinking}],
+            "encrypted_content": thinking}
+
+
+def _function_items(response_id: str, final: Final) -> list[dict[str, Any]]:
+    return [{"id": f"fc_{response_id}_{i}", "type": "function_call", "status": "completed", "call_id": call["id"],
+             "name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+            for i, call in enumerate(oai.tool_calls(final.tool_calls or []))]
+
+
+def response(response_id: str, item_id: str, model: str, echo: dict[str, Any], final: Final) -> dict[str, Any]:
+    """stream: false -> the whole response."""
+    output = [_reasoning_item(f"rs_{response_id}", final.thinking)] if final.thinking else []
+    output += _function_items(response_id, final) if final.tool_calls else [_message_item(item_id, final.text)]
+    return response_object(response_id, model, echo, "completed", output, final)
+
+
+class ResponseStream:
+    """The named events of one streamed response, in order, each with its sequence_number."""
+
+    def __init__(self, response_id: str, item_id: str, model: str, echo: dict[str, Any]) -> None:
+        self.response_id, self.item_id, self.model, self.echo = response_id, item_id, model, echo
+        self._seq = 0
+        self._index = 0  # output_index of the item being written
+        self._thinking: str | None = None  # None until a reasoning item is open
+        self._thinking_done = False
+        self._text: str | None = None  # None until the message item is open
+        self._done_items: list[dict[str, Any]] = []
+
+    def _event(self, kind: str, data: dict[str, Any]) -> Event:
+        data = {"type": kind, "sequence_number": self._seq, **data}
+        self._seq += 1
+        return kind, data
+
+    @property
+    def start_pending(self) -> bool:
+        return self._seq == 0
+
+    def start(self) -> Iterator[Event]:
+        for kind in ("response.created", "response.in_progress"):
+            yield self._event(kind, {"response": response_object(self.response_id, self.model, self.echo,
+                                                                 "in_progress", [], None)})
+
+    def thinking(self, text: str) -> Iterator[Event]:
+        if not text:
+            return
+        if self._thinking is None:
+            self._thinking = ""
+            yield self._event("response.output_item.added", {
+                "output_index": self._index,
+                "item": {"id": f"rs_{self.response_id}", "type": "reasoning", "summary": []}})
+        self._thinking += text
+        yield self._event("response.reasoning_summary_text.delta", {
+            "item_id": f"rs_{self.response_id}", "output_index": self._index, "summary_index": 0, "delta": text})
+
+    def _finish_thinking(self) -> Iterator[Event]:
+        if self._thinking is None or self._thinking_done:
+            return
+        self._thinking_done = True
+        item = _reasoning_item(f"rs_{self.response_id}", self._thinking)
+        yield self._event("response.reasoning_summary_text.done", {
+            "item_id": item["id"], "output_index": self._index, "summary_index": 0, "text": self._thinking})
+        yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
+        self._done_items.append(item)
+        self._index += 1
+
+    def text(self, text: str) -> Iterator[Event]:
+        if not text:
+            return
+        yield from self._finish_thinking()
+        if self._text is None:
+            self._text = ""
+            yield self._event("response.output_item.added", {
+                "output_index": self._index, "item": _message_item(self.item_id, "", "in_progress")})
+            yield self._event("response.content_part.added", {
+                "item_id": self.item_id, "output_index": self._index, "content_index": 0, "part": _text_part("")})
+        self._text += text
+        yield self._event("response.output_text.delta", {
+            "item_id": self.item_id, "output_index": self._index, "content_index": 0, "delta": text, "logprobs": []})
+
+    def finish(self, final: Final) -> Iterator[Event]:
+        yield from self._finish_thinking()
+        if final.tool_calls:
+            for item in _function_items(self.response_id, final):
+                yield self._event("response.output_item.added", {
+                    "output_index": self._index, "item": {**item, "status": "in_progress", "arguments": ""}})
+                if item["arguments"]:
+                    yield self._event("response.function_call_arguments.delta", {
+                        "item_id": item["id"], "output_index": self._index, "delta": item["arguments"]})
+                yield self._event("response.function_call_arguments.done", {
+                    "item_id": item["id"], "output_index": self._index, "arguments": item["arguments"]})
+                yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
+                self._done_items.append(item)
+                self._index += 1
+        elif self._text is not None:
+            item = _message_item(self.item_id, self._text)
+            yield self._event("response.output_text.done", {
+                "item_id": self.item_id, "output_index": self._index, "content_index": 0, "text": self._text,
+                "logprobs": []})
+            yield self._event("response.content_part.done", {
+                "item_id": self.item_id, "output_index": self._index, "content_index": 0,
+                "part": _text_part(self._text)})
+            yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
+            self._done_items.append(item)
+        yield self._event("response.completed", {"response": response_object(
+            self.response_id, self.model, self.echo, "completed", self._done_items, final)})

@@ -1,0 +1,135 @@
+"""The Responses API translation (server/responses_translate.py): pure functions, no server."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from ollama_py.errors import BadRequest
+from ollama_py.server import responses_translate as rt
+from tests.unit.test_openai_translate import final
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode()
+
+
+def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
+    p = rt.parse_responses({"model": "m", "input": "Hi", "instructions": "Be brief."})
+    assert p.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert p.options == {"temperature": 1.0}  # top_p is left to the model unless given, as Ollama does
+    assert (p.stream, p.tools, p.format, p.think) == (False, None, None, None)
+
+
+def test_sampling_fields_become_options():
+    p = rt.parse_responses({"input": "Hi", "temperature": 0, "top_p": 0.5, "max_output_tokens": 7})
+    assert p.options == {"temperature": 0.0, "top_p": 0.5, "num_predict": 7}
+    assert (p.echo["temperature"], p.echo["top_p"], p.echo["max_output_tokens"]) == (0.0, 0.5, 7)
+
+
+def test_input_items_become_native_messages():
+    p = rt.parse_responses({"input": [
+        {"role": "developer", "content": "Rules."},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "What is "}, {"type": "input_text", "text": "this?"},
+            {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"},
+            {"type": "input_image", "file_id": "file-1"}]},
+        {"type": "reasoning", "encrypted_content": "They want the weather."},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "22 C"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "It is 22 C."}]},
+    ]})
+    assert p.messages == [
+        {"role": "system", "content": "Rules."},
+        {"role": "user", "content": "What is this?", "images": [PNG]},
+        {"role": "assistant", "content": "", "thinking": "They want the weather.",
+         "tool_calls": [{"id": "call_1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "22 C", "tool_call_id": "call_1", "tool_name": "get_weather"},
+        {"role": "assistant", "content": "It is 22 C."},
+    ]
+
+
+def test_a_function_call_joins_the_assistant_message_before_it():
+    p = rt.parse_responses({"input": [
+        {"role": "assistant", "content": "Let me look."},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": ""}]})
+    assert p.messages == [{"role": "assistant", "content": "Let me look.",
+                           "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}]}]
+
+
+def test_tools_json_schema_and_reasoning():
+    p = rt.parse_responses({"input": "Hi", "reasoning": {"effort": "low"},
+                            "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+                            "tools": [{"type": "function", "name": "f", "description": "d",
+                                       "parameters": {"type": "object"}}]})
+    assert p.tools == [{"type": "function", "function": {"name": "f", "description": "d",
+                                                         "parameters": {"type": "object"}}}]
+    assert p.format == {"type": "object"}
+    assert p.think == "low"
+    assert p.echo["reasoning"] == {"effort": "low", "summary": None}
+    assert rt.parse_responses({"input": "Hi", "reasoning": {"effort": "none"}}).think is False
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"input": [{"type": "telepathy"}]}, 'input[0]: unknown input item type: "telepathy"'),
+    ({"input": [{"content": "x"}]}, "input[0]: input item missing required 'type' field"),
+    ({"input": [{"role": "robot", "content": "x"}]}, "input[0]: invalid role 'robot'"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+     "file inputs are not currently supported"),
+    ({"input": [{"type": "function_call", "name": "f", "arguments": "{oops"}]},
+     "input[0]: failed to parse function call arguments"),
+    ({"input": 5}, "input must be a string or array"),
+    ({"input": ""}, "input is required"),
+    ({"input": "Hi", "reasoning": {"effort": "extreme"}},
+     'invalid reasoning value: "extreme" (must be "high", "medium", "low", "max", or "none")'),
+    ({"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id is not supported"),
+    ({"input": "Hi", "tools": [{"type": "web_search"}]}, "tools[0] must be"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
+     "invalid image input"),
+])
+def test_bad_requests_are_refused_with_a_clear_message(body: dict[str, Any], message: str):
+    with pytest.raises(BadRequest) as e:
+        rt.parse_responses(body)
+    assert message in str(e.value)
+
+
+ECHO = rt.parse_responses({"input": "Hi"}).echo
+
+
+def test_a_whole_response_has_the_message_and_the_usage():
+    out = rt.response("resp_1", "msg_1", "smollm2", ECHO, final(text="Hello!", prompt_tokens=12, eval_count=3))
+    assert (out["id"], out["object"], out["status"], out["model"]) == ("resp_1", "response", "completed", "smollm2")
+    assert out["output"] == [{"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+                              "content": [{"type": "output_text", "text": "Hello!", "annotations": [],
+                                           "logprobs": []}]}]
+    assert out["usage"]["input_tokens"] == 12 and out["usage"]["output_tokens"] == 3
+    assert out["usage"]["total_tokens"] == 15
+
+
+def test_a_whole_response_with_thinking_and_a_tool_call():
+    calls = [{"id": "call_9", "function": {"name": "f", "arguments": {"a": 1}}}]
+    out = rt.response("resp_1", "msg_1", "m", ECHO, final(thinking="Hmm.", tool_calls=calls))
+    assert [o["type"] for o in out["output"]] == ["reasoning", "function_call"]
+    assert out["output"][0]["summary"] == [{"type": "summary_text", "text": "Hmm."}]
+    assert (out["output"][1]["call_id"], out["output"][1]["arguments"]) == ("call_9", '{"a": 1}')
+
+
+def test_the_stream_of_events():
+    s = rt.ResponseStream("resp_1", "msg_1", "m", ECHO)
+    events = [*s.start(), *s.thinking("Hmm."), *s.text("Hel"), *s.text("lo"), *s.text(""),
+              *s.finish(final(text="Hello", thinking="Hmm."))]
+    assert [k for k, _ in events] == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.completed"]
+    assert all(k == d["type"] for k, d in events)
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    assert [d["output_index"] for k, d in events if k == "response.output_text.delta"] == [1, 1]
+    completed = events[-1][1]["response"]
+    assert completed["status"] == "completed"
+    assert [o["type"] for o in completed["output"]] == ["reasoning", "message"]
+    assert completed["output"][1]["content"][0]["text"] == "Hello"
