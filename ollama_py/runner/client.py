@@ -82,11 +82,11 @@ class LlamaClient:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             return await self.session.post(self.base_url + path, json=body)
 
-    def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    def stream(self, path: str, body: dict[str, Any], tap: sse.Tap | None = None) -> AsyncIterator[dict[str, Any]]:
         """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
         url = urllib.parse.urlsplit(self.base_url)
         return sse.stream_events(url.hostname or "127.0.0.1", url.port or 80, path, body,
-                                 read_timeout=self.read_timeout, streams=self._streams)
+                                 read_timeout=self.read_timeout, streams=self._streams, tap=tap)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ollama_py import fastjson
@@ -70,6 +70,7 @@ class SSEStream(asyncio.BufferedProtocol):
         self._last_read = loop.time()
         self._timer: asyncio.TimerHandle | None = None
         self._buffer = memoryview(bytearray(_READ_SIZE))
+        self._sink: Callable[[dict[str, Any]], bool] | None = None
 
     # -- the protocol side -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -99,7 +100,8 @@ class SSEStream(asyncio.BufferedProtocol):
         except RunnerError as e:
             self.fail(e)
             return
-        self._wake()
+        if self._events or self._finished:  # a read that only fed a diverted sink wakes nobody
+            self._wake()
         if len(self._events) > _HIGH_WATER and not self._paused and self._transport is not None:
             self._paused = True
             self._transport.pause_reading()
@@ -227,6 +229,10 @@ class SSEStream(asyncio.BufferedProtocol):
                 if "error" in event and "content" not in event:
                     err = event["error"]
                     raise RunnerError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+                if self._sink is not None:
+                    if self._sink(event):
+                        continue
+                    self._sink = None  # it declined: this event and all after it go to the consumer
                 self._events.append(event)
                 if event.get("stop") is True:
                     self._finished = True
@@ -251,6 +257,12 @@ class SSEStream(asyncio.BufferedProtocol):
             self._transport.resume_reading()
         return self._events
 
+    def divert(self, sink: Callable[[dict[str, Any]], bool]) -> None:
+        """Hand each event from now on to `sink` as it is parsed, in the protocol callback, instead of queueing
+        it for the consumer: the consumer is not woken per event. The first event the sink declines (returns
+        False for) and everything after it are queued as usual, and the sink is dropped."""
+        self._sink = sink
+
     async def wait(self) -> bool:
         """Wait for more events; False when the stream is over (raises its error, if it failed)."""
         if self._error is not None:
@@ -271,14 +283,22 @@ class SSEStream(asyncio.BufferedProtocol):
             self._transport.abort()
 
 
+class Tap:
+    """Access to the stream behind a `stream_events` generator, to `divert` its events (set once connected)."""
+
+    stream: SSEStream | None = None
+
+
 async def stream_events(host: str, port: int, path: str, body: dict[str, Any], *,
-                        read_timeout: float | None = None,
-                        streams: set[SSEStream] | None = None) -> AsyncIterator[dict[str, Any]]:
+                        read_timeout: float | None = None, streams: set[SSEStream] | None = None,
+                        tap: Tap | None = None) -> AsyncIterator[dict[str, Any]]:
     """POST `body` and yield each `data:` event as a dict, up to the last. The hot path: one generator frame
     between the socket and the consumer. `streams` holds the stream while it is open (to fail it from outside)."""
     stream = await post_stream(host, port, path, body, read_timeout=read_timeout)
     if streams is not None:
         streams.add(stream)
+    if tap is not None:
+        tap.stream = stream
     try:
         events = stream.take()
         while True:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ollama_py.errors import BadRequest, RunnerError
 from ollama_py.runner.argv import MEDIA_MARKER
+from ollama_py.runner import sse
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import current_stats
@@ -59,6 +60,7 @@ class CompletionRequest:
     logprobs: int | None = None
     think: bool | str | None = None  # passed to the template; true or a level also splits off the thinking
     started: float = field(default_factory=time.perf_counter)
+    lane: Any = None  # server.streaming.Lane: where plain token Deltas may be written directly, once bound
 
     @property
     def thinks(self) -> bool:
@@ -206,8 +208,23 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             opening, closing = infer_tags(req.model.template or "")
             last = _prompt_text(prompt)
             parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
+        lane = req.lane if parser is None and req.logprobs is None else None
+        tap = sse.Tap() if lane is not None else None
+
+        def take_plain(event: dict[str, Any]) -> bool:
+            """(Runner stream callback, once diverted.) A plain token, written through the lane."""
+            if event.get("stop") or event.get("completion_probabilities") or not lane.ready():
+                return False
+            content = event.get("content", "")
+            if req.want_context and event.get("tokens"):
+                tokens.extend(event["tokens"])
+            if content:
+                text_parts.append(content)
+                lane.write(Delta(content, event.get("tokens")))
+            return True
+
         try:
-            async for event in loaded.client.stream("/completion", body):
+            async for event in loaded.client.stream("/completion", body, tap):
                 stats.first_output()
                 stop = event.get("stop")
                 if stop:
@@ -220,6 +237,11 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                     if content or probs:
                         text_parts.append(content)
                         yield Delta(content, event.get("tokens"), probs)
+                        # Resumed: the consumer has written that chunk, so the headers are out and the lane is
+                        # bound if it is usable. From here plain tokens go through it without waking us.
+                        if tap is not None and tap.stream is not None and lane.ready():
+                            tap.stream.divert(take_plain)
+                            tap = None
                 else:
                     thought, content = parser.add(content)
                     if stop:

@@ -18,7 +18,7 @@ from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
 from ollama_py.server.requests import check_images, field, read_json, requested_model
-from ollama_py.server.streaming import collect, ndjson, now_rfc3339
+from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
 
 routes = web.RouteTableDef()
 
@@ -59,9 +59,14 @@ async def _load_or_unload(request: web.Request, model: Any, opts: dict[str, Any]
     return {"model": name, "created_at": now_rfc3339(), **extra, "done": True, "done_reason": reason}
 
 
-async def _reply(request: web.Request, body: dict[str, Any], events: AsyncIterator[dict[str, Any]]):
-    if field(body, "stream", bool, True):
-        return await ndjson(request, events)
+def _streaming(body: dict[str, Any]) -> bool:
+    return field(body, "stream", bool, True)
+
+
+async def _reply(request: web.Request, body: dict[str, Any], events: AsyncIterator[dict[str, Any]],
+                 lane: Lane | None = None):
+    if _streaming(body):
+        return await ndjson(request, events, lane)
     items = await collect(events)
     return web.json_response(_merge(items))
 
@@ -128,14 +133,19 @@ async def generate(request: web.Request) -> web.StreamResponse:
         req.messages = ([{"role": "system", "content": sys_text}] if sys_text else []) + [
             {"role": "user", "content": prompt}]
 
+    def chunk(ev: Delta) -> dict[str, Any]:
+        if ev.thinking:
+            return {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "thinking": ev.thinking,
+                    "done": False}
+        return {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "done": False}
+
+    if _streaming(body):
+        req.lane = Lane(lambda ev: ndjson_line(chunk(ev)))
+
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
-                if ev.thinking:
-                    yield {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text,
-                           "thinking": ev.thinking, "done": False}
-                else:
-                    yield {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "done": False}
+                yield chunk(ev)
             else:
                 out = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
                        "done_reason": ev.done_reason}
@@ -144,7 +154,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 out.update(_metrics(ev))
                 yield out
 
-    return await _reply(request, body, events())
+    return await _reply(request, body, events(), req.lane)
 
 
 def _think(body: dict[str, Any], model: Any) -> bool | str | None:
@@ -233,15 +243,21 @@ async def chat(request: web.Request) -> web.StreamResponse:
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
                             started=started)
 
+    def chunk(ev: Delta) -> dict[str, Any]:
+        delta = {"role": "assistant", "content": ev.text}
+        if ev.thinking:
+            delta["thinking"] = ev.thinking
+        return {"model": raw_name, "created_at": now_rfc3339(), "message": delta, "done": False}
+
+    if _streaming(body) and not tools:
+        req.lane = Lane(lambda ev: ndjson_line(chunk(ev)))
+
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
                 if tools:
                     continue  # tool calls are parsed from the whole answer; sent with the final chunk
-                delta = {"role": "assistant", "content": ev.text}
-                if ev.thinking:
-                    delta["thinking"] = ev.thinking
-                yield {"model": raw_name, "created_at": now_rfc3339(), "message": delta, "done": False}
+                yield chunk(ev)
             else:
                 message: dict[str, Any] = {"role": "assistant", "content": ""}
                 if tools:
@@ -254,7 +270,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
                 yield {"model": raw_name, "created_at": now_rfc3339(), "message": message, "done": True,
                        "done_reason": ev.done_reason, **_metrics(ev)}
 
-    return await _reply(request, body, events())
+    return await _reply(request, body, events(), req.lane)
 
 
 @routes.post("/api/embed")

@@ -45,6 +45,39 @@ class _StreamResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
+_LANE_BUFFER = 64 * 1024  # bytes waiting in the transport beyond which the lane hands back (a slow client)
+
+
+class Lane:
+    """Token chunks written straight to the client's transport from the runner stream's callback.
+
+    Once the headers and the first chunk are out, completion.run_completion diverts the runner's plain token
+    events here (runner/sse.py `divert`): each becomes the route's chunk in the protocol callback that parsed it,
+    with no task wake-up and no generator chain per token. Chunked framing as aiohttp writes it, so aiohttp
+    writes the final chunk and the end of the body after it as usual. Bound only to a chunked, uncompressed
+    response; not ready while the client is gone or more than _LANE_BUFFER bytes wait for it (the event then
+    goes the ordinary way, whose write waits for the client)."""
+
+    def __init__(self, encode: Callable[[Any], bytes]) -> None:
+        self.encode = encode
+        self._transport: Any = None
+        self._writer: Any = None
+
+    def bind(self, request: web.Request, resp: web.StreamResponse) -> None:
+        if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression:
+            self._transport, self._writer = request.transport, request.writer
+
+    def ready(self) -> bool:
+        t = self._transport
+        return t is not None and not t.is_closing() and t.get_write_buffer_size() < _LANE_BUFFER
+
+    def write(self, item: Any) -> None:
+        data = self.encode(item)
+        frame = b"%x\r\n%s\r\n" % (len(data), data)
+        self._writer.output_size += len(frame)  # the access log's byte count
+        self._transport.write(frame)
+
+
 async def _first(events: AsyncIterator[Any]) -> tuple[bool, Any]:
     try:
         return True, await events.__anext__()
@@ -60,8 +93,10 @@ async def stream_response(
     encode: Callable[[Any], bytes],
     encode_error: Callable[[str], bytes],
     trailer: bytes = b"",
+    lane: Lane | None = None,
 ) -> web.StreamResponse:
-    """Write events as they come; the first is awaited before the headers go out."""
+    """Write events as they come; the first is awaited before the headers go out. A lane is bound once they
+    are: the event source may then write chunks through it itself."""
     async with contextlib.aclosing(events):
         has_first, first = await _first(events)
         resp = _StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache",
@@ -70,6 +105,8 @@ async def stream_response(
         try:
             if has_first:
                 await resp.write(encode(first))
+                if lane is not None:
+                    lane.bind(request, resp)
                 await _pump(events, resp, encode)
             if trailer:
                 await resp.write(trailer)
@@ -114,11 +151,15 @@ async def _write_error(resp: web.StreamResponse, data: bytes) -> None:
         await resp.write(data)
 
 
-async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
+def ndjson_line(obj: Any) -> bytes:
+    return (dumps(obj) + "\n").encode()
+
+
+async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]],
+                 lane: Lane | None = None) -> web.StreamResponse:
     return await stream_response(
-        request, events, content_type="application/x-ndjson",
-        encode=lambda o: (dumps(o) + "\n").encode(),
-        encode_error=lambda msg: (dumps({"error": msg}) + "\n").encode(),
+        request, events, content_type="application/x-ndjson", encode=ndjson_line,
+        encode_error=lambda msg: ndjson_line({"error": msg}), lane=lane,
     )
 
 

@@ -85,3 +85,100 @@ async def test_an_http_1_0_client_gets_the_whole_stream_unchunked(fake_app, aioh
     lines = [json.loads(x) for x in payload.splitlines()]
     assert "".join(x["response"] for x in lines) == "The quick brown fox jumps over"
     assert lines[-1]["done"] is True
+
+
+def _dechunk(raw: bytes) -> list[bytes]:
+    """An HTTP/1.1 chunked body -> its chunks (asserting the framing), up to the terminating zero chunk."""
+    chunks, pos = [], 0
+    while True:
+        eol = raw.index(b"\r\n", pos)
+        size = int(raw[pos:eol], 16)
+        if size == 0:
+            assert raw[eol:] == b"\r\n\r\n"
+            return chunks
+        chunks.append(raw[eol + 2 : eol + 2 + size])
+        assert raw[eol + 2 + size : eol + 4 + size] == b"\r\n"
+        pos = eol + 4 + size
+
+
+async def _raw_stream(port: int, body: dict, rcvbuf: int | None = None, pause: float = 0.0) -> tuple[bytes, bytes]:
+    import asyncio
+    import socket
+
+    sock = socket.socket()
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect(("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    data = json.dumps(body).encode()
+    writer.write(b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+    await asyncio.sleep(pause)  # a client that does not read for a while
+    raw = await reader.read()
+    writer.close()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    return head, payload
+
+
+async def test_a_streamed_chat_is_one_ndjson_line_per_chunk(fake_app, aiohttp_server):
+    """Tokens after the first are written from the runner stream's callback: still one well-formed chunk each."""
+    _, app = fake_app(fake_env={"FAKE_TOKEN_DELAY": "0.002", "FAKE_TOKENS": "40"})
+    server = await aiohttp_server(app)
+    head, payload = await _raw_stream(server.port, {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+    chunks = _dechunk(payload)
+    assert all(c.endswith(b"\n") and c.count(b"\n") == 1 for c in chunks)
+    lines = [json.loads(c) for c in chunks]
+    assert [x["done"] for x in lines] == [False] * 40 + [True]
+    assert all(x["model"] == "tiny" and x["message"]["role"] == "assistant" for x in lines)
+    assert "".join(x["message"]["content"] for x in lines).startswith("The quick brown fox jumps over the lazy dog")
+    assert lines[-1]["done_reason"] == "stop"
+
+
+async def test_a_client_that_reads_slowly_still_gets_every_chunk_in_order(fake_app, aiohttp_server):
+    """A client that reads nothing for a second, through a small receive buffer: every chunk, in order."""
+    _, app = fake_app(fake_env={"FAKE_TOKEN_DELAY": "0", "FAKE_TOKENS": "1500"})
+    server = await aiohttp_server(app)
+    head, payload = await _raw_stream(server.port, {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]},
+                                    rcvbuf=4096, pause=1.0)
+    lines = [json.loads(c) for c in _dechunk(payload)]
+    assert len(lines) == 1501 and lines[-1]["done"] is True and lines[-1]["done_reason"] == "stop"
+    words = "".join(x["message"]["content"] for x in lines[:-1]).split()
+    assert len(words) == 1500
+
+
+def test_a_lane_frames_chunks_and_stands_down_for_a_slow_or_gone_client():
+    from types import SimpleNamespace
+
+    from ollama_py.server.streaming import Lane
+
+    class Transport:
+        def __init__(self) -> None:
+            self.sent, self.buffered, self.closing = [], 0, False
+
+        def write(self, data: bytes) -> None:
+            self.sent.append(data)
+
+        def get_write_buffer_size(self) -> int:
+            return self.buffered
+
+        def is_closing(self) -> bool:
+            return self.closing
+
+    lane = Lane(lambda text: json.dumps({"response": text}).encode() + b"\n")
+    assert not lane.ready()  # not bound yet
+    transport, writer = Transport(), SimpleNamespace(output_size=100)
+    request = SimpleNamespace(transport=transport, writer=writer)
+    lane.bind(request, SimpleNamespace(headers={"Transfer-Encoding": "chunked"}, compression=False))
+    assert lane.ready()
+    lane.write("hé")
+    line = json.dumps({"response": "hé"}).encode() + b"\n"
+    assert transport.sent == [b"%x\r\n%s\r\n" % (len(line), line)]
+    assert writer.output_size == 100 + len(transport.sent[0])
+    transport.buffered = 1 << 20
+    assert not lane.ready()  # a slow client: the ordinary path, which waits for it
+    transport.buffered, transport.closing = 0, True
+    assert not lane.ready()  # a client that hung up
+    unchunked = Lane(lambda text: b"")
+    unchunked.bind(request, SimpleNamespace(headers={}, compression=False))  # HTTP/1.0: no chunked framing
+    assert not unchunked.ready()

@@ -135,3 +135,49 @@ def test_a_slow_consumer_pauses_reading_and_still_gets_every_event_in_order():
         return got
 
     assert asyncio.run(main()) == many
+
+
+def test_a_diverted_stream_hands_events_to_the_sink_until_it_declines_one():
+    """Events go to the sink in the protocol callback; the first it declines, and all after it, to the consumer."""
+    from ollama_py.runner.sse import Tap
+
+    many = [{"content": f"t{i}", "stop": False} for i in range(50)] + [{"content": "", "stop": True}]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    async def main() -> tuple[list[dict], list[dict]]:
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(head)
+            for e in many:  # one event per read, as llama-server sends them
+                data = b"data: " + json.dumps(e).encode() + b"\n\n"
+                writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                await writer.drain()
+                await asyncio.sleep(0.001)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sunk: list[dict] = []
+        got: list[dict] = []
+
+        def sink(event: dict) -> bool:
+            if len(sunk) == 30:
+                return False
+            sunk.append(event)
+            return True
+
+        tap = Tap()
+        try:
+            async for event in stream_events("127.0.0.1", port, "/completion", {}, read_timeout=5, tap=tap):
+                got.append(event)
+                if len(got) == 2:
+                    assert tap.stream is not None
+                    tap.stream.divert(sink)
+        finally:
+            server.close()
+        return got, sunk
+
+    got, sunk = asyncio.run(main())
+    assert sunk == many[2:32]
+    assert got == many[:2] + many[32:]
