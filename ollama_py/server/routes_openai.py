@@ -29,7 +29,7 @@ from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_anthropic import messages as anthropic_messages
 from ollama_py.server.routes_responses import responses
 from ollama_py.server.routes_native import chat_messages
-from ollama_py.server.streaming import collect, sse
+from ollama_py.server.streaming import Lane, collect, sse, sse_event
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                             logprobs=params.top_logprobs, think=oai.think_for(params.think, model), started=started)
     meta = oai.new_meta("chatcmpl", raw_name)
     top = params.top_logprobs
+    if params.stream and not params.tools and top is None:
+        req.lane = Lane(lambda ev: sse_event(oai.chat_chunk(meta, {"content": ev.text})))
     events = run_completion(request.app[SCHEDULER], req)
 
     if not params.stream:
@@ -87,7 +89,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 if params.include_usage:
                     yield oai.usage_chunk(meta, final)
 
-    return await sse(request, chunks())
+    return await sse(request, chunks(), lane=req.lane)
 
 
 @routes.post("/v1/completions")

@@ -163,13 +163,16 @@ async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]],
     )
 
 
-async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: bool = True) -> web.StreamResponse:
-    """SSE. An event is a dict (data only) or a (event_name, dict) pair (Anthropic's named events)."""
+def sse_event(ev: Any) -> bytes:
+    """One SSE event: a dict (data only) or an (event_name, dict) pair (Anthropic's and Responses' events)."""
+    if isinstance(ev, tuple):
+        return f"event: {ev[0]}\ndata: {dumps(ev[1])}\n\n".encode()
+    return f"data: {dumps(ev)}\n\n".encode()
 
-    def encode(ev: Any) -> bytes:
-        if isinstance(ev, tuple):
-            return f"event: {ev[0]}\ndata: {dumps(ev[1])}\n\n".encode()
-        return f"data: {dumps(ev)}\n\n".encode()
+
+async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: bool = True,
+              lane: Lane | None = None) -> web.StreamResponse:
+    """SSE events (sse_event) ending with `data: [DONE]` unless told otherwise."""
 
     def encode_error(msg: str) -> bytes:
         body = error_body(request.path, 500, msg)
@@ -177,8 +180,9 @@ async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: 
             return f"event: error\ndata: {dumps(body)}\n\n".encode()
         return f"data: {dumps(body)}\n\n".encode()
 
-    return await stream_response(request, events, content_type="text/event-stream", encode=encode,
-                                 encode_error=encode_error, trailer=b"data: [DONE]\n\n" if done_marker else b"")
+    return await stream_response(request, events, content_type="text/event-stream", encode=sse_event,
+                                 encode_error=encode_error, trailer=b"data: [DONE]\n\n" if done_marker else b"",
+                                 lane=lane)
 
 
 async def collect(events: AsyncIterator[Any]) -> list[Any]:

@@ -176,3 +176,15 @@ async def test_responses_bad_input_is_an_openai_400(base_url: Callable[..., Any]
         await client.responses.create(model="tiny", input="Hi", previous_response_id="resp_123")
     with pytest.raises(openai.NotFoundError):
         await client.responses.create(model="no-such-model", input="Hi")
+
+
+async def test_openai_long_stream_equals_the_whole_answer(base_url: Callable[..., Any]) -> None:
+    """Tokens after the first are written from the runner stream's callback: the client still reads one
+    well-formed chunk per token, ending with the finish reason and [DONE]."""
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_TOKENS="60", FAKE_TOKEN_DELAY="0.002") + "/v1",
+                                api_key="x", max_retries=0)
+    whole = await client.chat.completions.create(model="tiny", messages=ASK)
+    chunks = await _drain(await client.chat.completions.create(model="tiny", messages=ASK, stream=True))
+    assert len(chunks) == 61 and all(c.id == chunks[0].id for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks] == [None] * 60 + ["stop"]
