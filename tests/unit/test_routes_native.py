@@ -182,3 +182,14 @@ def test_a_lane_frames_chunks_and_stands_down_for_a_slow_or_gone_client():
     unchunked = Lane(lambda text: b"")
     unchunked.bind(request, SimpleNamespace(headers={}, compression=False))  # HTTP/1.0: no chunked framing
     assert not unchunked.ready()
+
+
+async def test_a_streamed_generate_gives_the_same_context_as_a_whole_one(fake_app, aiohttp_client):
+    """The tokens of chunks written through the lane still make up the final `context`."""
+    _, app = fake_app(fake_env={"FAKE_TOKEN_DELAY": "0.002", "FAKE_TOKENS": "30"})
+    client = await aiohttp_client(app)
+    body = {"model": "tiny", "prompt": "hello there"}
+    whole = await (await client.post("/api/generate", json={**body, "stream": False})).json()
+    lines = [json.loads(x) for x in (await (await client.post("/api/generate", json=body)).text()).splitlines()]
+    assert "".join(x["response"] for x in lines) == whole["response"]
+    assert lines[-1]["context"] == whole["context"] and len(whole["context"]) > 30
