@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 STDERR_TAIL_LINES = 200
 STOP_GRACE_SECONDS = 5.0
 _HEALTH_POLL_SECONDS = 0.05
+_LOG_BATCH_SECONDS = 0.05  # a ready runner's stderr is read at most this often
 
 
 class RunnerState(enum.StrEnum):
@@ -168,34 +169,70 @@ class RunnerProcess:
         log.info("starting llama-server %s: %s", self.name, " ".join(argv))
         self.started_at = time.monotonic()
         self._last_progress = self.started_at
+        stderr_r, stderr_w = os.pipe()
+        os.set_blocking(stderr_r, False)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
+                stderr=stderr_w,
                 env=self._env,
                 start_new_session=True,
                 preexec_fn=pdeathsig_preexec,
             )
         except OSError as e:
+            os.close(stderr_r)
             self._failure = f"error starting llama-server: {e}"
             await self._set_state(RunnerState.FAILED)
             return
-        self._tasks = [asyncio.create_task(self._read_stderr()), asyncio.create_task(self._wait_exit())]
+        finally:
+            os.close(stderr_w)
+        self._tasks = [asyncio.create_task(self._read_stderr(stderr_r)), asyncio.create_task(self._wait_exit())]
         await self._wait_healthy()
 
-    async def _read_stderr(self) -> None:
-        assert self._proc and self._proc.stderr
-        listening = False
-        async for raw in self._proc.stderr:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.stderr_tail.append(line)
-            self._last_progress = time.monotonic()
-            if not listening:
-                self.log_lines.append(line)
-                listening = "listening on http" in line
-            log.debug("[%s] %s", self.name, line)
+    async def _read_stderr(self, fd: int) -> None:
+        """The child's stderr, line by line into the tail (and the start-up lines, for the memory report).
+
+        Once llama-server listens, the pipe is read at most every _LOG_BATCH_SECONDS: at the verbosity the
+        memory report needs it logs a dozen lines per request, and a read per line would wake the event loop
+        that often, in the middle of the request, on a machine whose cores llama-server is using."""
+        loop = asyncio.get_running_loop()
+        pending, listening, eof = b"", False, False
+        try:
+            while not eof:
+                readable = loop.create_future()
+                loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+                try:
+                    await readable
+                finally:
+                    loop.remove_reader(fd)
+                data = bytearray()
+                while True:
+                    try:
+                        chunk = os.read(fd, 1 << 16)
+                    except BlockingIOError:
+                        break
+                    if not chunk:
+                        eof = True
+                        break
+                    data += chunk
+                *lines, pending = (pending + bytes(data)).split(b"\n")
+                if eof and pending:
+                    lines.append(pending)
+                for raw in lines:
+                    line = raw.decode("utf-8", "replace").rstrip("\r")
+                    self.stderr_tail.append(line)
+                    if not listening:
+                        self.log_lines.append(line)
+                        listening = "listening on http" in line
+                    log.debug("[%s] %s", self.name, line)
+                if lines:
+                    self._last_progress = time.monotonic()
+                if listening and not eof:
+                    await asyncio.sleep(_LOG_BATCH_SECONDS)
+        finally:
+            os.close(fd)
 
     async def _wait_exit(self) -> None:
         assert self._proc
