@@ -1,7 +1,7 @@
 """Gateway overhead: the same model served by a direct llama-server and through ollama-py, in one run.
 
     .venv/bin/python bench/overhead.py --runner runners/cpu_avx2/llama-server \
-        --model ~/.cache/ollama-py/models/SmolLM2-135M-Instruct.Q4_1.gguf [--rounds 15] [--cases ...]
+        --model ~/.cache/ollama-py/models/SmolLM2-135M-Instruct.Q4_1.gguf [--rounds 41] [--cases ...]
 
 For each phase an `ollama-py serve` subprocess (its own store in a temp dir) gets the model through
 POST /api/blobs + /api/create and loads it; the direct llama-server is then started with exactly the argv the
@@ -512,9 +512,9 @@ def main() -> None:
     ap.add_argument("--model", type=Path,
                     default=Path.home() / ".cache" / "ollama-py" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
-    ap.add_argument("--rounds", type=int, default=15, help="rounds per side for decode")
+    ap.add_argument("--rounds", type=int, default=41, help="rounds per side for decode")
     ap.add_argument("--decode-tokens", type=int, default=96)
-    ap.add_argument("--ttft-rounds", type=int, default=31)
+    ap.add_argument("--ttft-rounds", type=int, default=61)
     ap.add_argument("--turn-rounds", type=int, default=5)
     ap.add_argument("--turn-tokens", type=int, default=1000, help="size of the first turn's prompt")
     ap.add_argument("--concurrency-rounds", type=int, default=7)
