@@ -1,5 +1,5 @@
-"""OpenAI-compatible routes (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models) and the
-registration of /v1/responses (routes_responses.py) and the Anthropic one (/v1/messages, routes_anthropic.py).
+"""OpenAI-compatible routes (/v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings, /v1/models)
+and the registration of the Anthropic one (/v1/messages, in routes_anthropic.py).
 
 Each handler translates the request (openai_translate), runs the one inference path (completion.run_completion
 or embeddings.embed) and translates the events back; errors are raised and the middleware writes OpenAI's
@@ -22,12 +22,12 @@ from ollama_py.api.names import parse_name
 from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings
 from ollama_py.server import openai_translate as oai
+from ollama_py.server import responses_translate as rt
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.keys import SCHEDULER, STORE
 from ollama_py.server.models import find_model, keep_alive, merged_options
 from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_anthropic import messages as anthropic_messages
-from ollama_py.server.routes_responses import responses
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import Lane, collect, sse, sse_event
 
@@ -35,22 +35,30 @@ log = logging.getLogger(__name__)
 
 routes = web.RouteTableDef()
 routes.post("/v1/messages")(anthropic_messages)
-routes.post("/v1/responses")(responses)
+
+
+async def _chat_request(request: web.Request, body: dict[str, Any], names: tuple[Any, str], params: Any,
+                        started: float, logprobs: int | None = None) -> CompletionRequest:
+    """The native chat request for parsed OpenAI params (chat completions or responses: messages, options,
+    format, tools, think), refused like /api/chat would refuse them."""
+    name, raw_name = names
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    oai.check_chat_capabilities(model, raw_name, params.messages, params.tools)
+    opts = merged_options(request, model, params.options)
+    return CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
+                             messages=chat_messages(model, params.messages), tools=params.tools, logprobs=logprobs,
+                             think=oai.think_for(params.think, model), started=started)
 
 
 @routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
-    name, raw_name = requested_model(body)
+    names = requested_model(body)
+    raw_name = names[1]
     params = oai.parse_chat(body)
-    ka = keep_alive(body)
-    model = await find_model(request, name, raw_name)
-    oai.check_chat_capabilities(model, raw_name, params.messages, params.tools)
-    opts = merged_options(request, model, params.options)
-    req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
-                            messages=chat_messages(model, params.messages), tools=params.tools,
-                            logprobs=params.top_logprobs, think=oai.think_for(params.think, model), started=started)
+    req = await _chat_request(request, body, names, params, started, params.top_logprobs)
     meta = oai.new_meta("chatcmpl", raw_name)
     top = params.top_logprobs
     if params.stream and not params.tools and top is None:
@@ -90,6 +98,45 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     yield oai.usage_chunk(meta, final)
 
     return await sse(request, chunks(), lane=req.lane)
+
+
+@routes.post("/v1/responses")
+async def responses(request: web.Request) -> web.StreamResponse:
+    """OpenAI's Responses API, stateless as in Ollama (translation in responses_translate)."""
+    started = time.perf_counter()
+    body = await read_json(request)
+    names = requested_model(body)
+    raw_name = names[1]
+    params = rt.parse_responses(body)
+    req = await _chat_request(request, body, names, params, started)
+    response_id, item_id = rt.new_ids()
+    events = run_completion(request.app[SCHEDULER], req)
+
+    if not params.stream:
+        items = await collect(events)
+        return web.json_response(rt.response(response_id, item_id, raw_name, params.echo, items[-1]))
+
+    async def named_events() -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo)
+        async with contextlib.aclosing(events):
+            async for ev in events:
+                if stream.start_pending:
+                    for out in stream.start():
+                        yield out
+                if isinstance(ev, Delta):
+                    for out in stream.thinking(ev.thinking):
+                        yield out
+                    if not params.tools:  # with tools, text is only known to be text at the end
+                        for out in stream.text(ev.text):
+                            yield out
+                    continue
+                if params.tools and not ev.tool_calls:
+                    for out in stream.text(ev.text):
+                        yield out
+                for out in stream.finish(ev):
+                    yield out
+
+    return await sse(request, named_events(), done_marker=False)
 
 
 @routes.post("/v1/completions")
