@@ -286,16 +286,15 @@ class ResponseStream:
         self._seq += 1
         return kind, data
 
-    @property
-    def start_pending(self) -> bool:
-        return self._seq == 0
-
-    def start(self) -> Iterator[Event]:
-        for kind in ("response.created", "response.in_progress"):
-            yield self._event(kind, {"response": response_object(self.response_id, self.model, self.echo,
-                                                                 "in_progress", [], None)})
+    def _start(self) -> Iterator[Event]:
+        """response.created and response.in_progress, before whatever comes first."""
+        if self._seq == 0:
+            for kind in ("response.created", "response.in_progress"):
+                yield self._event(kind, {"response": response_object(self.response_id, self.model, self.echo,
+                                                                     "in_progress", [], None)})
 
     def thinking(self, text: str) -> Iterator[Event]:
+        yield from self._start()
         if not text:
             return
         if self._thinking is None:
@@ -319,6 +318,7 @@ class ResponseStream:
         self._index += 1
 
     def text(self, text: str) -> Iterator[Event]:
+        yield from self._start()
         if not text:
             return
         yield from self._finish_thinking()
@@ -333,6 +333,7 @@ class ResponseStream:
             "item_id": self.item_id, "output_index": self._index, "content_index": 0, "delta": text, "logprobs": []})
 
     def finish(self, final: Final) -> Iterator[Event]:
+        yield from self._start()
         yield from self._finish_thinking()
         if final.tool_calls:
             for item in _function_items(self.response_id, final):

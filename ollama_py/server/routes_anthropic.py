@@ -7,21 +7,18 @@ Streams are named SSE events with no [DONE] marker.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 from aiohttp import web
 
 from ollama_py.errors import BadRequest
 from ollama_py.server import anthropic_translate as ant
-from ollama_py.server.completion import CompletionRequest, Delta, run_completion
+from ollama_py.server.completion import CompletionRequest, run_completion
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.models import find_model, keep_alive, merged_options
 from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_native import chat_messages
-from ollama_py.server.streaming import collect, sse
+from ollama_py.server.streaming import collect, content_blocks, sse
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
@@ -50,21 +47,5 @@ async def messages(request: web.Request) -> web.StreamResponse:
         items = await collect(events)
         return web.json_response(ant.message(msg_id, raw_name, items[-1]))
 
-    async def named_events() -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens)
-        async with contextlib.aclosing(events):
-            async for ev in events:
-                if isinstance(ev, Delta):
-                    for out in stream.thinking(ev.thinking):
-                        yield out
-                    if not params.tools:  # with tools, text is only known to be text at the end
-                        for out in stream.text(ev.text):
-                            yield out
-                    continue
-                if params.tools and not ev.tool_calls:
-                    for out in stream.text(ev.text):
-                        yield out
-                for out in stream.finish(ev):
-                    yield out
-
-    return await sse(request, named_events(), done_marker=False)
+    stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens)
+    return await sse(request, content_blocks(events, stream, hold_text=bool(params.tools)), done_marker=False)

@@ -29,7 +29,7 @@ from ollama_py.server.models import find_model, keep_alive, merged_options
 from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_anthropic import messages as anthropic_messages
 from ollama_py.server.routes_native import chat_messages
-from ollama_py.server.streaming import Lane, collect, sse, sse_event
+from ollama_py.server.streaming import Lane, collect, content_blocks, sse, sse_event
 
 log = logging.getLogger(__name__)
 
@@ -116,27 +116,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         items = await collect(events)
         return web.json_response(rt.response(response_id, item_id, raw_name, params.echo, items[-1]))
 
-    async def named_events() -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo)
-        async with contextlib.aclosing(events):
-            async for ev in events:
-                if stream.start_pending:
-                    for out in stream.start():
-                        yield out
-                if isinstance(ev, Delta):
-                    for out in stream.thinking(ev.thinking):
-                        yield out
-                    if not params.tools:  # with tools, text is only known to be text at the end
-                        for out in stream.text(ev.text):
-                            yield out
-                    continue
-                if params.tools and not ev.tool_calls:
-                    for out in stream.text(ev.text):
-                        yield out
-                for out in stream.finish(ev):
-                    yield out
-
-    return await sse(request, named_events(), done_marker=False)
+    stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo)
+    return await sse(request, content_blocks(events, stream, hold_text=bool(params.tools)), done_marker=False)
 
 
 @routes.post("/v1/completions")

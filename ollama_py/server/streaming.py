@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ollama_py.errors import OllamaError
 from ollama_py.fastjson import dumps
+from ollama_py.server.completion import Delta
 from ollama_py.server.errors import describe, error_body
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,26 @@ async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: 
     return await stream_response(request, events, content_type="text/event-stream", encode=sse_event,
                                  encode_error=encode_error, trailer=b"data: [DONE]\n\n" if done_marker else b"",
                                  lane=lane)
+
+
+async def content_blocks(events: AsyncIterator[Any], blocks: Any, *, hold_text: bool) -> AsyncIterator[Any]:
+    """Deltas and the Final of one completion as a block translator's events (Anthropic's MessageStream, the
+    Responses API's ResponseStream: `thinking`, `text`, `finish`). Thoughts and text go out as they come; with
+    tools (`hold_text`) the text waits for the end, where it is known not to be a tool call."""
+    async with contextlib.aclosing(events):
+        async for ev in events:
+            if isinstance(ev, Delta):
+                for out in blocks.thinking(ev.thinking):
+                    yield out
+                if not hold_text:
+                    for out in blocks.text(ev.text):
+                        yield out
+                continue
+            if hold_text and not ev.tool_calls:
+                for out in blocks.text(ev.text):
+                    yield out
+            for out in blocks.finish(ev):
+                yield out
 
 
 async def collect(events: AsyncIterator[Any]) -> list[Any]:

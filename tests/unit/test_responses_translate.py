@@ -116,7 +116,7 @@ def test_a_whole_response_with_thinking_and_a_tool_call():
 
 def test_the_stream_of_events():
     s = rt.ResponseStream("resp_1", "msg_1", "m", ECHO)
-    events = [*s.start(), *s.thinking("Hmm."), *s.text("Hel"), *s.text("lo"), *s.text(""),
+    events = [*s.thinking("Hmm."), *s.text("Hel"), *s.text("lo"), *s.text(""),
               *s.finish(final(text="Hello", thinking="Hmm."))]
     assert [k for k, _ in events] == [
         "response.created", "response.in_progress",
