@@ -211,16 +211,23 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         lane = req.lane if parser is None and req.logprobs is None else None
         tap = sse.Tap() if lane is not None else None
 
+        def delta_of(event: dict[str, Any]) -> Delta | None:
+            """A runner event's Delta when no thinking is split off (kept for the Final), or None if empty."""
+            content = event.get("content", "")
+            probs = None if event.get("stop") else event.get("completion_probabilities")
+            if not (content or probs):
+                return None
+            text_parts.append(content)
+            return Delta(content, event.get("tokens"), probs)
+
         def take_plain(event: dict[str, Any]) -> bool:
             """(Runner stream callback, once diverted.) A plain token, written through the lane."""
             if event.get("stop") or event.get("completion_probabilities") or not lane.ready():
                 return False
-            content = event.get("content", "")
             if req.want_context and event.get("tokens"):
                 tokens.extend(event["tokens"])
-            if content:
-                text_parts.append(content)
-                lane.write(Delta(content, event.get("tokens")))
+            if (delta := delta_of(event)) is not None:
+                lane.write(delta)
             return True
 
         try:
@@ -233,10 +240,8 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                 if req.want_context and event.get("tokens") and not stop:
                     tokens.extend(event["tokens"])
                 if parser is None:
-                    probs = None if stop else event.get("completion_probabilities")
-                    if content or probs:
-                        text_parts.append(content)
-                        yield Delta(content, event.get("tokens"), probs)
+                    if (delta := delta_of(event)) is not None:
+                        yield delta
                         # Resumed: the consumer has written that chunk, so the headers are out and the lane is
                         # bound if it is usable. From here plain tokens go through it without waking us.
                         if tap is not None and tap.stream is not None and lane.ready():
