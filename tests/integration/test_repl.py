@@ -45,6 +45,16 @@ def ask(child: pexpect.spawn, line: str) -> str:
     return shown.split("\n", 1)[1] if "\n" in shown else ""
 
 
+def reading(child: pexpect.spawn) -> None:
+    """Wait until readline reads keys, not merely shows the prompt: a SIGINT that lands between the two is only
+    seen at the next key press (CPython's readline waits in select() and checks signals on EINTR alone). A key
+    typed and erased is echoed only once readline reads."""
+    child.send("x")
+    child.expect_exact("x")
+    child.send("\x7f")
+    child.expect_exact("\b")
+
+
 def test_a_session(repl: pexpect.spawn, live_server: LiveServer, tmp_path: Path) -> None:
     assert ask(repl, "/set parameter temperature 0") == "Set parameter 'temperature' to '0'\n"
     assert ask(repl, "/set parameter num_predict 24") == "Set parameter 'num_predict' to '24'\n"
@@ -88,6 +98,7 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(repl: pexpect.spawn) ->
     repl.expect_exact(PROMPT, timeout=60)
     ask(repl, "/set parameter num_predict 16")
     assert ask(repl, "Say yes.").strip()
+    reading(repl)
     repl.sendcontrol("c")  # on an empty line: a hint, not an exit
     repl.expect_exact("Use Ctrl + d or /bye to exit.")
     repl.expect_exact(PROMPT)
