@@ -33,6 +33,9 @@ else:  # pragma: no cover - CPython always has the C encoder
     dumps = _PY.encode
 
 
+json_string = _encoder.encode_basestring  # a str as a JSON string literal, non-ASCII kept (as dumps writes it)
+
+
 def loads(text: str) -> Any:
     """One JSON value that is all of `text` (surrounding whitespace allowed); ValueError otherwise."""
     text = text.strip()

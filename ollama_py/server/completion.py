@@ -60,7 +60,7 @@ class CompletionRequest:
     logprobs: int | None = None
     think: bool | str | None = None  # passed to the template; true or a level also splits off the thinking
     started: float = field(default_factory=time.perf_counter)
-    lane: Any = None  # server.streaming.Lane: where plain token Deltas may be written directly, once bound
+    lane: Any = None  # server.streaming.Lane: where plain tokens' text may be written directly, once bound
 
     @property
     def thinks(self) -> bool:
@@ -211,23 +211,15 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         lane = req.lane if parser is None and req.logprobs is None else None
         tap = sse.Tap() if lane is not None else None
 
-        def delta_of(event: dict[str, Any]) -> Delta | None:
-            """A runner event's Delta when no thinking is split off (kept for the Final), or None if empty."""
-            content = event.get("content", "")
-            probs = None if event.get("stop") else event.get("completion_probabilities")
-            if not (content or probs):
-                return None
-            text_parts.append(content)
-            return Delta(content, event.get("tokens"), probs)
-
         def take_plain(event: dict[str, Any]) -> bool:
             """(Runner stream callback, once diverted.) A plain token, written through the lane."""
             if event.get("stop") or event.get("completion_probabilities") or not lane.ready():
                 return False
             if req.want_context and event.get("tokens"):
                 tokens.extend(event["tokens"])
-            if (delta := delta_of(event)) is not None:
-                lane.write(delta)
+            if content := event.get("content"):
+                text_parts.append(content)
+                lane.write(content)
             return True
 
         try:
@@ -240,8 +232,10 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                 if req.want_context and event.get("tokens") and not stop:
                     tokens.extend(event["tokens"])
                 if parser is None:
-                    if (delta := delta_of(event)) is not None:
-                        yield delta
+                    probs = None if stop else event.get("completion_probabilities")
+                    if content or probs:
+                        text_parts.append(content)
+                        yield Delta(content, event.get("tokens"), probs)
                         # Resumed: the consumer has written that chunk, so the headers are out and the lane is
                         # bound if it is usable. From here plain tokens go through it without waking us.
                         if tap is not None and tap.stream is not None and lane.ready():

@@ -133,19 +133,20 @@ async def generate(request: web.Request) -> web.StreamResponse:
         req.messages = ([{"role": "system", "content": sys_text}] if sys_text else []) + [
             {"role": "user", "content": prompt}]
 
-    def chunk(ev: Delta) -> dict[str, Any]:
-        if ev.thinking:
-            return {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "thinking": ev.thinking,
-                    "done": False}
-        return {"model": raw_name, "created_at": now_rfc3339(), "response": ev.text, "done": False}
+    def chunk(text: str, thinking: str = "", created_at: str = "") -> dict[str, Any]:
+        out = {"model": raw_name, "created_at": created_at or now_rfc3339(), "response": text}
+        if thinking:
+            out["thinking"] = thinking
+        out["done"] = False
+        return out
 
     if _streaming(body):
-        req.lane = Lane(lambda ev: ndjson_line(chunk(ev)))
+        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
-                yield chunk(ev)
+                yield chunk(ev.text, ev.thinking)
             else:
                 out = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
                        "done_reason": ev.done_reason}
@@ -243,21 +244,21 @@ async def chat(request: web.Request) -> web.StreamResponse:
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
                             started=started)
 
-    def chunk(ev: Delta) -> dict[str, Any]:
-        delta = {"role": "assistant", "content": ev.text}
-        if ev.thinking:
-            delta["thinking"] = ev.thinking
-        return {"model": raw_name, "created_at": now_rfc3339(), "message": delta, "done": False}
+    def chunk(text: str, thinking: str = "", created_at: str = "") -> dict[str, Any]:
+        delta = {"role": "assistant", "content": text}
+        if thinking:
+            delta["thinking"] = thinking
+        return {"model": raw_name, "created_at": created_at or now_rfc3339(), "message": delta, "done": False}
 
     if _streaming(body) and not tools:
-        req.lane = Lane(lambda ev: ndjson_line(chunk(ev)))
+        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
                 if tools:
                     continue  # tool calls are parsed from the whole answer; sent with the final chunk
-                yield chunk(ev)
+                yield chunk(ev.text, ev.thinking)
             else:
                 message: dict[str, Any] = {"role": "assistant", "content": ""}
                 if tools:

@@ -62,7 +62,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     meta = oai.new_meta("chatcmpl", raw_name)
     top = params.top_logprobs
     if params.stream and not params.tools and top is None:
-        req.lane = Lane(lambda ev: sse_event(oai.chat_chunk(meta, {"content": ev.text})))
+        req.lane = Lane(lambda text, _at: sse_event(oai.chat_chunk(meta, {"content": text})))
     events = run_completion(request.app[SCHEDULER], req)
 
     if not params.stream:

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py.errors import OllamaError
-from ollama_py.fastjson import dumps
+from ollama_py.fastjson import dumps, json_string
 from ollama_py.server.completion import Delta
 from ollama_py.server.errors import describe, error_body
 
@@ -49,18 +49,36 @@ class _StreamResponse(web.StreamResponse):
 _LANE_BUFFER = 64 * 1024  # bytes waiting in the transport beyond which the lane hands back (a slow client)
 
 
+_TEXT, _TIME = "\ue000text\ue000", "\ue000time\ue000"  # markers no chunk's fixed parts contain
+
+
+def text_chunks(render: Callable[[str, str], bytes]) -> Callable[[str], bytes]:
+    """A route's token chunk as a function of its text alone. `render(text, created_at)` gives the chunk's
+    bytes; it is called once, with markers, and the result is filled in per token: the text JSON-escaped as
+    fastjson.dumps escapes it, created_at (where the chunk has one) as now_rfc3339() gives it. Byte for byte
+    what `render(text, now_rfc3339())` gives, without building and encoding a dict per token."""
+    head, tail = render(_TEXT, _TIME).decode().split(f'"{_TEXT}"')
+    if _TIME in head:
+        a, b = head.split(_TIME)
+        return lambda text: f"{a}{now_rfc3339()}{b}{json_string(text)}{tail}".encode()
+    if _TIME in tail:
+        a, b = tail.split(_TIME)
+        return lambda text: f"{head}{json_string(text)}{a}{now_rfc3339()}{b}".encode()
+    return lambda text: f"{head}{json_string(text)}{tail}".encode()
+
+
 class Lane:
     """Token chunks written straight to the client's transport from the runner stream's callback.
 
     Once the headers and the first chunk are out, completion.run_completion diverts the runner's plain token
-    events here (runner/sse.py `divert`): each becomes the route's chunk in the protocol callback that parsed it,
-    with no task wake-up and no generator chain per token. Chunked framing as aiohttp writes it, so aiohttp
-    writes the final chunk and the end of the body after it as usual. Bound only to a chunked, uncompressed
-    response; not ready while the client is gone or more than _LANE_BUFFER bytes wait for it (the event then
-    goes the ordinary way, whose write waits for the client)."""
+    events here (runner/sse.py `divert`): each token's text becomes the route's chunk (text_chunks) in the
+    protocol callback that parsed it, with no task wake-up and no generator chain per token. Chunked framing as
+    aiohttp writes it, so aiohttp writes the final chunk and the end of the body after it as usual. Bound only
+    to a chunked, uncompressed response; not ready while the client is gone or more than _LANE_BUFFER bytes wait
+    for it (the event then goes the ordinary way, whose write waits for the client)."""
 
-    def __init__(self, encode: Callable[[Any], bytes]) -> None:
-        self.encode = encode
+    def __init__(self, render: Callable[[str, str], bytes]) -> None:
+        self.encode = text_chunks(render)
         self._transport: Any = None
         self._writer: Any = None
 
@@ -72,8 +90,8 @@ class Lane:
         t = self._transport
         return t is not None and not t.is_closing() and t.get_write_buffer_size() < _LANE_BUFFER
 
-    def write(self, item: Any) -> None:
-        data = self.encode(item)
+    def write(self, text: str) -> None:
+        data = self.encode(text)
         frame = b"%x\r\n%s\r\n" % (len(data), data)
         self._writer.output_size += len(frame)  # the access log's byte count
         self._transport.write(frame)

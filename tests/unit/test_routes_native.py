@@ -150,7 +150,7 @@ async def test_a_client_that_reads_slowly_still_gets_every_chunk_in_order(fake_a
 def test_a_lane_frames_chunks_and_stands_down_for_a_slow_or_gone_client():
     from types import SimpleNamespace
 
-    from ollama_py.server.streaming import Lane
+    from ollama_py.server.streaming import Lane, ndjson_line
 
     class Transport:
         def __init__(self) -> None:
@@ -165,23 +165,49 @@ def test_a_lane_frames_chunks_and_stands_down_for_a_slow_or_gone_client():
         def is_closing(self) -> bool:
             return self.closing
 
-    lane = Lane(lambda text: json.dumps({"response": text}).encode() + b"\n")
+    lane = Lane(lambda text, _at: ndjson_line({"response": text}))
     assert not lane.ready()  # not bound yet
     transport, writer = Transport(), SimpleNamespace(output_size=100)
     request = SimpleNamespace(transport=transport, writer=writer)
     lane.bind(request, SimpleNamespace(headers={"Transfer-Encoding": "chunked"}, compression=False))
     assert lane.ready()
     lane.write("hé")
-    line = json.dumps({"response": "hé"}).encode() + b"\n"
+    line = '{"response":"hé"}\n'.encode()
     assert transport.sent == [b"%x\r\n%s\r\n" % (len(line), line)]
     assert writer.output_size == 100 + len(transport.sent[0])
     transport.buffered = 1 << 20
     assert not lane.ready()  # a slow client: the ordinary path, which waits for it
     transport.buffered, transport.closing = 0, True
     assert not lane.ready()  # a client that hung up
-    unchunked = Lane(lambda text: b"")
+    unchunked = Lane(lambda text, _at: b'{"response":"%s"}' % text.encode())
     unchunked.bind(request, SimpleNamespace(headers={}, compression=False))  # HTTP/1.0: no chunked framing
     assert not unchunked.ready()
+
+
+TRICKY_TEXTS = ["", " world", 'say "hi"\\n', "tab\there\nnew line", "\x00\x1f\x7f", "héllo 日本 🐉", "\u2028\u2029",
+                "</script>&<>", "\ue000text\ue000", "\\u0041"]
+
+
+@pytest.mark.parametrize("text", TRICKY_TEXTS, ids=repr)
+def test_a_chunk_filled_in_per_token_is_the_chunk_the_route_renders(text: str) -> None:
+    """text_chunks fills a chunk rendered once with markers; what it writes must be what the route's own
+    encoding (a dict through fastjson) gives, for any text, wherever created_at sits."""
+    from ollama_py.server.streaming import ndjson_line, sse_event, text_chunks
+
+    renders = {
+        "time before the text": lambda t, at: ndjson_line({"model": "m:latest", "created_at": at, "response": t,
+                                                           "done": False}),
+        "time after the text": lambda t, at: ndjson_line({"message": {"role": "assistant", "content": t},
+                                                          "created_at": at}),
+        "no time": lambda t, at: sse_event({"id": "chatcmpl-1", "choices": [{"delta": {"content": t}}]}),
+    }
+    for name, render in renders.items():
+        fill = text_chunks(render)
+        made = fill(text)
+        stamp = json.loads(made.decode().removeprefix("data: ")).get("created_at", "")
+        assert made == render(text, stamp), name
+        assert json.loads(made.decode().removeprefix("data: ")) == json.loads(render(text, stamp).decode()
+                                                                             .removeprefix("data: "))
 
 
 async def test_a_streamed_generate_gives_the_same_context_as_a_whole_one(fake_app, aiohttp_client):
