@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
+from ollama_py import timeslice
 from ollama_py.errors import RunnerError, RunnerLoadError
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ def free_port() -> int:
 
 
 def _pdeathsig_preexec() -> Callable[[], None] | None:
-    """A preexec_fn that makes the child get SIGKILL when its parent dies (Linux), resolved before fork."""
+    """A preexec_fn that makes the child get SIGKILL when its parent dies (Linux), resolved before fork. It
+    also gives the child the kernel's default time slice back (the gateway's short one is inherited)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -62,6 +64,7 @@ def _pdeathsig_preexec() -> Callable[[], None] | None:
 
     def preexec() -> None:
         prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+        timeslice.default_slice()
 
     return preexec
 

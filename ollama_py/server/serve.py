@@ -6,10 +6,11 @@ import asyncio
 import atexit
 import logging
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from ollama_py import __version__
+from ollama_py import __version__, timeslice
 from ollama_py.config import Settings
 from ollama_py.server.app import create_app
 from ollama_py.server.keys import SCHEDULER
@@ -23,6 +24,16 @@ def configure_logging(settings: Settings) -> None:
         format="time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s",
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where it is installed (it is a dependency everywhere but Windows), asyncio's own loop otherwise.
+    The gateway spends its time relaying small socket writes, which uvloop does with about a quarter less CPU."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def run_server(settings: Settings) -> None:
@@ -46,8 +57,12 @@ def run_server(settings: Settings) -> None:
         raise SystemExit(f"Error: listen tcp {host}:{settings.host.port}: bind: {e.strerror.lower()}") from None
     log.info("Listening on %s:%d (version %s)", host, settings.host.port, __version__)
     log.info("models: %s; runners: %s", settings.models, settings.runners_dir)
+    loop = new_event_loop()
+    timeslice.relay_slices()
+    # Blocking work (hashing a blob, reading a GGUF) runs in threads that have no business with short slices.
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="ollama-py", initializer=timeslice.default_slice))
     web.run_app(app, sock=sock, print=None, access_log=None, shutdown_timeout=5.0,
-                handler_cancellation=True)
+                handler_cancellation=True, loop=loop)
 
 
 async def start_background(settings: Settings) -> web.AppRunner:
