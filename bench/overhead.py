@@ -4,9 +4,12 @@
         --model ~/.cache/ollama-py/models/SmolLM2-135M-Instruct.Q4_1.gguf [--rounds 41] [--cases ...]
 
 For each phase an `ollama-py serve` subprocess (its own store in a temp dir) gets the model through
-POST /api/blobs + /api/create and loads it; the direct llama-server is then started with exactly the argv the
-gateway gave its own runner (read from the process table; only --port differs), so binary, flags and model
-file are the same. Prompts are rendered once by the direct server's /apply-template and sent to the gateway
+POST /api/blobs + /api/create and loads it. The direct side then calls the very llama-server process the
+gateway started, on its own port (read from the process table): one process, so binary, flags, model file,
+memory layout and prompt cache are the same, and what differs between the sides is the gateway alone. (Two
+processes of the same binary and argv differ by up to +-5% in their own decode timings on a shared VM, more
+than the gateway's cost; `--direct own` starts a second llama-server with the gateway's argv on another port,
+as earlier runs did.) Prompts are rendered once by the direct server's /apply-template and sent to the gateway
 as /api/generate with "raw": true, so both evaluate the identical prompt with the identical sampling
 (temperature 0, fixed seed). Every round runs both sides back to back, alternating which goes first; the
 table reports medians, and ratios/differences as medians of the per-round pairs. See bench/README.md.
@@ -127,7 +130,8 @@ async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any])
 class Pair:
     """One model served two ways in one phase."""
 
-    direct: Child
+    direct_url: str
+    direct: Child | None  # a llama-server of our own (--direct own); None: the gateway's runner itself
     gateway: Child
     argv: list[str]
     session: aiohttp.ClientSession
@@ -137,16 +141,16 @@ class Pair:
         return cpu_seconds(self.gateway.proc.pid)
 
     async def template(self, messages: list[dict[str, Any]]) -> str:
-        async with self.session.post(self.direct.url + "/apply-template", json={"messages": messages}) as r:
+        async with self.session.post(self.direct_url + "/apply-template", json={"messages": messages}) as r:
             return (await r.json())["prompt"]
 
     async def tokenize(self, text: str) -> int:
-        async with self.session.post(self.direct.url + "/tokenize", json={"content": text}) as r:
+        async with self.session.post(self.direct_url + "/tokenize", json={"content": text}) as r:
             return len((await r.json())["tokens"])
 
     async def run(self, side: str, prompt: str, n_predict: int) -> Sample:
         if side == "direct":
-            return await stream(self.session, self.direct.url + "/completion",
+            return await stream(self.session, self.direct_url + "/completion",
                                 {"prompt": prompt, "stream": True, "cache_prompt": True, "n_predict": n_predict,
                                  **SAMPLING})
         cpu0 = self.gateway_cpu()
@@ -162,9 +166,9 @@ def sides(round_no: int) -> tuple[str, str]:
     return ("direct", "gateway") if round_no % 2 == 0 else ("gateway", "direct")
 
 
-async def open_pair(tmp: Path, model: Path, runner: Path, parallel: int) -> Pair:
-    """serve (OLLAMA_NUM_PARALLEL=parallel) with the model created and loaded; then a direct llama-server with
-    the argv the gateway used."""
+async def open_pair(tmp: Path, model: Path, runner: Path, parallel: int, own_direct: bool = False) -> Pair:
+    """serve (OLLAMA_NUM_PARALLEL=parallel) with the model created and loaded; the direct side is the gateway's
+    runner on its own port, or (own_direct) a second llama-server with the argv the gateway used."""
     env = {"OLLAMA_NUM_PARALLEL": str(parallel), "OLLAMA_LLM_LIBRARY": runner.parent.name,
            "OLLAMA_RUNNERS_DIR": str(runner.parent.parent)}
     gateway = start_serve(tmp / f"serve-np{parallel}", env)
@@ -183,10 +187,14 @@ async def open_pair(tmp: Path, model: Path, runner: Path, parallel: int) -> Pair
             raise RuntimeError(f"no llama-server under serve:\n{gateway.log_tail()}")
         if Path(argv[0]).resolve() != runner.resolve():
             log(f"warning: the gateway runs {argv[0]}, not {runner}; the direct server uses the gateway's")
+        if not own_direct:
+            port = argv[argv.index("--port") + 1]
+            log(f"  direct: the gateway's runner at 127.0.0.1:{port}")
+            return Pair(f"http://127.0.0.1:{port}", None, gateway, argv, session)
         argv = with_port(argv, free_port())
         log(f"  direct: {' '.join(argv)}")
         direct = await asyncio.to_thread(start_llama_server, argv, tmp / f"direct-np{parallel}.log")
-        return Pair(direct, gateway, argv, session)
+        return Pair(direct.url, direct, gateway, argv, session)
     except BaseException:
         await session.close()
         if direct is not None:
@@ -197,7 +205,8 @@ async def open_pair(tmp: Path, model: Path, runner: Path, parallel: int) -> Pair
 
 async def close_pair(pair: Pair) -> None:
     await pair.session.close()
-    pair.direct.stop()
+    if pair.direct is not None:
+        pair.direct.stop()
     pair.gateway.stop()
 
 
@@ -428,9 +437,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
     out += [markdown_table(HEADERS, table_rows(res)), ""]
     s = doc["settings"]
     out += ["## How", ""]
+    own = s.get("direct") == "own"
     if "argv_np1" in res:
-        out.append("- Direct server argv (the gateway's runner argv, another port): "
-                   f"`{_argv(res['argv_np1'])}`.")
+        out.append("- Direct server argv (the gateway's runner argv, another port): " if own else
+                   "- Direct: the very llama-server process the gateway started, called on its own port, so both "
+                   "sides share one process (its binary, flags, memory layout and prompt cache); argv: ")
+        out[-1] += f"`{_argv(res['argv_np1'])}`."
     if "argv_np4" in res:
         out.append(f"- Concurrency phase: `{_argv(res['argv_np4'])}` and `OLLAMA_NUM_PARALLEL=4`.")
     out.append("- Ratios and differences are medians of per-round pairs (each round runs both sides back to "
@@ -479,7 +491,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     if {"decode", "ttft", "turns"} & set(args.cases):
         log("phase 1: one slot (-np 1), as `ollama-py serve` runs by default")
-        pair = await open_pair(tmp, args.model, args.runner, 1)
+        pair = await open_pair(tmp, args.model, args.runner, 1, args.direct == "own")
         try:
             results["argv_np1"] = pair.argv
             if "decode" in args.cases:
@@ -492,7 +504,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             await close_pair(pair)
     if "concurrency" in args.cases:
         log(f"phase 2: {args.streams} concurrent streams, 4 slots (-np 4)")
-        pair = await open_pair(tmp, args.model, args.runner, 4)
+        pair = await open_pair(tmp, args.model, args.runner, 4, args.direct == "own")
         try:
             results["argv_np4"] = pair.argv
             results["concurrency"] = await case_concurrency(pair, args.concurrency_rounds, args.streams,
@@ -512,6 +524,9 @@ def main() -> None:
     ap.add_argument("--model", type=Path,
                     default=Path.home() / ".cache" / "ollama-py" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    ap.add_argument("--direct", choices=("shared", "own"), default="shared",
+                    help="shared: the direct side calls the gateway's own runner process; own: a second "
+                         "llama-server with the same argv")
     ap.add_argument("--rounds", type=int, default=41, help="rounds per side for decode")
     ap.add_argument("--decode-tokens", type=int, default=96)
     ap.add_argument("--ttft-rounds", type=int, default=61)
