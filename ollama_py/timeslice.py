@@ -45,32 +45,36 @@ def _syscalls() -> tuple[ctypes.CDLL, int, int] | None:
 _CALLS = _syscalls()
 
 
-def _set_slice(ns: int) -> bool:
-    """Set the calling thread's slice to `ns` (0: the default), keeping its policy and nice value."""
-    if _CALLS is None:
-        return False
-    libc, setattr_nr, getattr_nr = _CALLS
-    buf = ctypes.create_string_buffer(_ATTR.size)
-    if libc.syscall(getattr_nr, 0, buf, _ATTR.size, 0) != 0:
-        return False
-    size, policy, flags, nice, prio, runtime, deadline, period = _ATTR.unpack(buf.raw)
-    if policy != _SCHED_OTHER:  # SCHED_BATCH, SCHED_IDLE, real-time: chosen by whoever started us
-        return False
-    if runtime == ns:
-        return True
-    attr = ctypes.create_string_buffer(_ATTR.pack(_ATTR.size, policy, 0, nice, prio, ns, 0, 0))
-    return libc.syscall(setattr_nr, 0, attr, 0) == 0
-
-
-def current_slice_ns() -> int | None:
-    """The calling thread's slice in nanoseconds, or None where it cannot be read."""
+def _get_attr() -> tuple[int, ...] | None:
+    """The calling thread's sched_attr fields (size, policy, flags, nice, priority, runtime, deadline, period)."""
     if _CALLS is None:
         return None
     libc, _, getattr_nr = _CALLS
     buf = ctypes.create_string_buffer(_ATTR.size)
     if libc.syscall(getattr_nr, 0, buf, _ATTR.size, 0) != 0:
         return None
-    return _ATTR.unpack(buf.raw)[5]
+    return _ATTR.unpack(buf.raw)
+
+
+def _set_slice(ns: int) -> bool:
+    """Set the calling thread's slice to `ns` (0: the default), keeping its policy and nice value."""
+    attr = _get_attr()
+    if attr is None:
+        return False
+    _, policy, _, nice, prio, runtime, _, _ = attr
+    if policy != _SCHED_OTHER:  # SCHED_BATCH, SCHED_IDLE, real-time: chosen by whoever started us
+        return False
+    if runtime == ns:
+        return True
+    libc, setattr_nr, _ = _CALLS  # type: ignore[misc]  # _get_attr returned: the calls exist
+    new = ctypes.create_string_buffer(_ATTR.pack(_ATTR.size, policy, 0, nice, prio, ns, 0, 0))
+    return libc.syscall(setattr_nr, 0, new, 0) == 0
+
+
+def current_slice_ns() -> int | None:
+    """The calling thread's slice in nanoseconds, or None where it cannot be read."""
+    attr = _get_attr()
+    return None if attr is None else attr[5]
 
 
 def relay_slices() -> bool:
