@@ -167,12 +167,6 @@ class Scheduler:
                     self._start_unload(loaded, "unloaded")
         return found
 
-    async def wait_unloaded(self, model: Any) -> None:
-        """Wait until no runner of this model is loaded (after unload())."""
-        keys = {self._key_of(model, False), self._key_of(model, True)}
-        async with self._changed:
-            await self._changed.wait_for(lambda: not keys & set(self.loaded))
-
     async def shutdown(self) -> None:
         """Stop every runner and wait for them (SIGTERM, grace, SIGKILL, reap)."""
         self._closed = True

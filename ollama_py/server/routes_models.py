@@ -23,6 +23,7 @@ from ollama_py.server.models import find_model
 from ollama_py.server.requests import field, model_name, read_json, requested_model
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.store.gguf_meta import model_info
+from ollama_py.store.manifests import MEDIA_MODEL
 from ollama_py.store.models import rfc3339
 
 log = logging.getLogger(__name__)
@@ -122,11 +123,14 @@ async def delete(request: web.Request) -> web.Response:
     body = await read_json(request)
     name, raw = requested_model(body)
     model = await find_model(request, name, raw)
-    scheduler = request.app.get(SCHEDULER)
-    if scheduler is not None and model.model_path is not None:
+    store, scheduler = request.app[STORE], request.app.get(SCHEDULER)
+    weights = model.manifest.layers_of(MEDIA_MODEL)
+    # Ollama leaves a deleted model's runner to its keep-alive. We let it go once it is idle (not waiting for
+    # that: a stream in progress finishes), but only when no other name uses the same weights: deleting a copy
+    # must not unload the original. Decided before the delete, while the weights can still be read.
+    if scheduler is not None and weights and await asyncio.to_thread(store.only_user, name, weights[0].digest):
         await scheduler.unload(model)
-        await scheduler.wait_unloaded(model)
-    await asyncio.to_thread(request.app[STORE].delete, name)
+    await asyncio.to_thread(store.delete, name)
     return web.Response(status=200)
 
 

@@ -257,6 +257,14 @@ class ModelStore:
                 raise OllamaError(f"blob {missing[0]} not found; manifest not written")
             return self.manifests.put(name, manifest)
 
+    def only_user(self, name: ModelName, digest: str) -> bool:
+        """Whether `name` is the only model that references blob `digest`: deleting it would remove the blob."""
+        digest = canonical_digest(digest)
+        with self.lock:
+            stored = self.manifests.resolve(name)
+            return not any(other != stored and digest in {canonical_digest(d) for d in manifest.digests()}
+                           for other, manifest, _ in self.manifests.list())
+
     def delete(self, name: ModelName) -> list[str]:
         """Remove the name, then the blobs only it referenced; returns the removed blob digests."""
         with self.lock:
