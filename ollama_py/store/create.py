@@ -33,7 +33,9 @@ from typing import Any
 
 from ollama_py.api.names import ModelName, parse_name
 from ollama_py.api.options import DEPRECATED_PARAMETERS, OPTION_TYPES, parse_parameter, validate_options
-from ollama_py.errors import BadRequest, InvalidModelName, InvalidOption, ModelNotFound, NotFound, RequestCanceled
+from ollama_py.errors import (
+    BadRequest, InvalidModelName, InvalidOption, ModelNotFound, NotFound, RequestCanceled, TemplateError,
+)
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.store.gguf_meta import GGUFInfo, file_type_name, read_gguf_info
 from ollama_py.store.manifests import (
@@ -52,6 +54,7 @@ from ollama_py.store.manifests import (
 )
 from ollama_py.store.models import ModelStore
 from ollama_py.store.quantize import Quantizer, normalize_qtype
+from ollama_py.template import parse_template
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +165,15 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool) -> 
 
     extra_config = {key: req[key] for key in ("renderer", "parser", "requires") if isinstance(req.get(key), str)
                     and req[key]}
+    template = _opt_str(req, "template") or None
+    if template is not None:
+        try:  # as Ollama does: a template that does not parse is refused here, not at the first chat
+            parse_template(template)
+        except TemplateError as e:
+            raise BadRequest(f"template error: {e}") from None
     return _Plan(
         name=name, weights=weights, kept=kept, base_config=base_config, base_params=base_params,
-        quantize=quantize, template=_opt_str(req, "template") or None, system=_opt_str(req, "system") or None,
+        quantize=quantize, template=template, system=_opt_str(req, "system") or None,
         params=_parameters(req.get("parameters")), messages=_messages(req.get("messages")),
         licenses=_licenses(req.get("license")), extra_config=extra_config,
     )

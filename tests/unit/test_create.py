@@ -178,6 +178,10 @@ ERRORS = {
     "missing from": ({"from": "ghost"}, ModelNotFound, "model 'ghost:latest' not found"),
     "invalid from": ({"from": "../../etc"}, InvalidModelName, "invalid model name"),
     "only an adapter": ({"files": {"a.gguf": "ADAPTER"}}, BadRequest, "no model file was provided"),
+    "template with an unknown function": ({"files": {"m.gguf": "WEIGHTS"}, "template": "{{ .Prompt | shout }}"},
+                                          BadRequest, 'template error: template: :1: function "shout" not defined'),
+    "template left open": ({"files": {"m.gguf": "WEIGHTS"}, "template": "{{ if .System }}{{ .System }}"},
+                           BadRequest, "template error: template: :1: unexpected EOF"),
 }
 
 
