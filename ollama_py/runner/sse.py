@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,6 +22,12 @@ from ollama_py.errors import BadRequest, RunnerError
 _HIGH_WATER, _LOW_WATER = 256, 32  # events queued before reading pauses / resumes (a slow client)
 _MAX_HEAD = 64 * 1024
 _READ_SIZE = 64 * 1024  # one receive buffer per stream, reused for every read
+
+# One HTTP chunk holding one plain token event exactly as llama-server streams it (compact JSON, these fields in
+# this order) whose content has nothing escaped: its text and token ids are taken by one match, with no
+# de-chunking, line splitting or JSON decoding (see SSEStream.divert). Anything else takes the general path.
+_PLAIN = re.compile(rb'([0-9a-f]{1,8})\r\ndata: \{"index":0,"content":"([^"\\\x00-\x1f]*)","tokens":\[([0-9,]*)\],'
+                    rb'"stop":false,"id_slot":-?[0-9]+,"tokens_predicted":[0-9]+,"tokens_evaluated":[0-9]+\}\n\n\r\n')
 
 
 class UpstreamLost(RunnerError):
@@ -71,6 +78,7 @@ class SSEStream(asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._buffer = memoryview(bytearray(_READ_SIZE))
         self._sink: Callable[[dict[str, Any]], bool] | None = None
+        self._plain_sink: Callable[[bytes, bytes], bool] | None = None
 
     # -- the protocol side -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -83,7 +91,10 @@ class SSEStream(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._last_read = self._loop.time()
-        data: bytes | memoryview = self._buffer[:nbytes]
+        start = self._plain(nbytes) if self._plain_sink is not None else 0
+        if start == nbytes:
+            return
+        data: bytes | memoryview = self._buffer[start:nbytes]
         try:
             if not self.status:
                 self._head += data
@@ -144,6 +155,21 @@ class SSEStream(asyncio.BufferedProtocol):
             waiter.set_result(None)
 
     # -- parsing ---------------------------------------------------------------------------------------
+    def _plain(self, nbytes: int) -> int:
+        """Hand the plain token events at the start of this read to the plain sink, as long as it takes them;
+        where the rest of the read begins (only at a chunk boundary, so the general path carries on there)."""
+        if self.status != 200 or not self._chunked or self._remaining >= 0 or self._need_crlf or self._raw \
+                or self._text or self._finished:
+            return 0
+        buffer, sink, pos = self._buffer, self._plain_sink, 0
+        assert sink is not None
+        while pos < nbytes:
+            m = _PLAIN.match(buffer, pos, nbytes)
+            if m is None or int(m[1], 16) != m.end() - m.end(1) - 4 or not sink(m[2], m[3]):
+                break
+            pos = m.end()
+        return pos
+
     def _parse_head(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
@@ -232,7 +258,7 @@ class SSEStream(asyncio.BufferedProtocol):
                 if self._sink is not None:
                     if self._sink(event):
                         continue
-                    self._sink = None  # it declined: this event and all after it go to the consumer
+                    self._sink = self._plain_sink = None  # it declined: this and all after go to the consumer
                 self._events.append(event)
                 if event.get("stop") is True:
                     self._finished = True
@@ -257,11 +283,17 @@ class SSEStream(asyncio.BufferedProtocol):
             self._transport.resume_reading()
         return self._events
 
-    def divert(self, sink: Callable[[dict[str, Any]], bool]) -> None:
+    def divert(self, sink: Callable[[dict[str, Any]], bool],
+               plain: Callable[[bytes, bytes], bool] | None = None) -> None:
         """Hand each event from now on to `sink` as it is parsed, in the protocol callback, instead of queueing
         it for the consumer: the consumer is not woken per event. The first event the sink declines (returns
-        False for) and everything after it are queued as usual, and the sink is dropped."""
+        False for) and everything after it are queued as usual, and the sink is dropped.
+
+        `plain`, if given, gets the plain token events first, unparsed: `plain(content, token_ids)` with the
+        content as the bytes between the JSON quotes (nothing in them escaped) and the ids as the bytes between
+        the brackets ("12,34"). When it returns False the event goes the general way, to `sink`."""
         self._sink = sink
+        self._plain_sink = plain
 
     async def wait(self) -> bool:
         """Wait for more events; False when the stream is over (raises its error, if it failed)."""

@@ -222,6 +222,17 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                 lane.write(content)
             return True
 
+        def take_unparsed(content: bytes, token_ids: bytes) -> bool:
+            """(Runner stream callback, once diverted.) A plain token as llama-server's bytes, nothing escaped."""
+            if not lane.ready():
+                return False
+            if req.want_context and token_ids:
+                tokens.extend(map(int, token_ids.split(b",")))
+            if content:
+                text_parts.append(content.decode("utf-8", "replace"))
+                lane.write_escaped(content)
+            return True
+
         try:
             async for event in loaded.client.stream("/completion", body, tap):
                 stats.first_output()
@@ -239,7 +250,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                         # Resumed: the consumer has written that chunk, so the headers are out and the lane is
                         # bound if it is usable. From here plain tokens go through it without waking us.
                         if tap is not None and tap.stream is not None and lane.ready():
-                            tap.stream.divert(take_plain)
+                            tap.stream.divert(take_plain, take_unparsed)
                             tap = None
                 else:
                     thought, content = parser.add(content)

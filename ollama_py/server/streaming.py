@@ -52,33 +52,42 @@ _LANE_BUFFER = 64 * 1024  # bytes waiting in the transport beyond which the lane
 _TEXT, _TIME = "\ue000text\ue000", "\ue000time\ue000"  # markers no chunk's fixed parts contain
 
 
+def escaped_chunks(render: Callable[[str, str], bytes]) -> Callable[[bytes], bytes]:
+    """A route's token chunk as a function of its text's JSON string body, already escaped, in UTF-8 (what
+    llama-server's event carries between the quotes). `render(text, created_at)` gives the chunk's bytes; it is
+    called once, with markers, and the result is filled in per token (created_at, where the chunk has one, as
+    now_rfc3339() gives it), without building and encoding a dict per token."""
+    head, tail = render(_TEXT, _TIME).split(f'"{_TEXT}"'.encode())
+    stamp = _TIME.encode()
+    if stamp in head:
+        a, b = head.split(stamp)
+        return lambda raw: b'%s%s%s"%s"%s' % (a, now_rfc3339().encode(), b, raw, tail)
+    if stamp in tail:
+        a, b = tail.split(stamp)
+        return lambda raw: b'%s"%s"%s%s%s' % (head, raw, a, now_rfc3339().encode(), b)
+    return lambda raw: b'%s"%s"%s' % (head, raw, tail)
+
+
 def text_chunks(render: Callable[[str, str], bytes]) -> Callable[[str], bytes]:
-    """A route's token chunk as a function of its text alone. `render(text, created_at)` gives the chunk's
-    bytes; it is called once, with markers, and the result is filled in per token: the text JSON-escaped as
-    fastjson.dumps escapes it, created_at (where the chunk has one) as now_rfc3339() gives it. Byte for byte
-    what `render(text, now_rfc3339())` gives, without building and encoding a dict per token."""
-    head, tail = render(_TEXT, _TIME).decode().split(f'"{_TEXT}"')
-    if _TIME in head:
-        a, b = head.split(_TIME)
-        return lambda text: f"{a}{now_rfc3339()}{b}{json_string(text)}{tail}".encode()
-    if _TIME in tail:
-        a, b = tail.split(_TIME)
-        return lambda text: f"{head}{json_string(text)}{a}{now_rfc3339()}{b}".encode()
-    return lambda text: f"{head}{json_string(text)}{tail}".encode()
+    """A route's token chunk as a function of its text: byte for byte what `render(text, now_rfc3339())` gives,
+    the text JSON-escaped as fastjson.dumps escapes it."""
+    fill = escaped_chunks(render)
+    return lambda text: fill(json_string(text)[1:-1].encode())
 
 
 class Lane:
     """Token chunks written straight to the client's transport from the runner stream's callback.
 
     Once the headers and the first chunk are out, completion.run_completion diverts the runner's plain token
-    events here (runner/sse.py `divert`): each token's text becomes the route's chunk (text_chunks) in the
-    protocol callback that parsed it, with no task wake-up and no generator chain per token. Chunked framing as
-    aiohttp writes it, so aiohttp writes the final chunk and the end of the body after it as usual. Bound only
-    to a chunked, uncompressed response; not ready while the client is gone or more than _LANE_BUFFER bytes wait
-    for it (the event then goes the ordinary way, whose write waits for the client)."""
+    events here (runner/sse.py `divert`): each token's text becomes the route's chunk in the protocol callback
+    that parsed it, with no task wake-up and no generator chain per token; a token whose text llama-server sent
+    with nothing escaped goes in as those bytes (write_escaped), without being decoded and encoded again.
+    Chunked framing as aiohttp writes it, so aiohttp writes the final chunk and the end of the body after it as
+    usual. Bound only to a chunked, uncompressed response; not ready while the client is gone or more than
+    _LANE_BUFFER bytes wait for it (the event then goes the ordinary way, whose write waits for the client)."""
 
     def __init__(self, render: Callable[[str, str], bytes]) -> None:
-        self.encode = text_chunks(render)
+        self.encode = escaped_chunks(render)
         self._transport: Any = None
         self._writer: Any = None
 
@@ -91,7 +100,11 @@ class Lane:
         return t is not None and not t.is_closing() and t.get_write_buffer_size() < _LANE_BUFFER
 
     def write(self, text: str) -> None:
-        data = self.encode(text)
+        self.write_escaped(json_string(text)[1:-1].encode())
+
+    def write_escaped(self, raw: bytes) -> None:
+        """The chunk for a text given as its JSON string body (escaped, UTF-8)."""
+        data = self.encode(raw)
         frame = b"%x\r\n%s\r\n" % (len(data), data)
         self._writer.output_size += len(frame)  # the access log's byte count
         self._transport.write(frame)

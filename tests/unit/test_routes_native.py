@@ -219,3 +219,23 @@ async def test_a_streamed_generate_gives_the_same_context_as_a_whole_one(fake_ap
     lines = [json.loads(x) for x in (await (await client.post("/api/generate", json=body)).text()).splitlines()]
     assert "".join(x["response"] for x in lines) == whole["response"]
     assert lines[-1]["context"] == whole["context"] and len(whole["context"]) > 30
+
+
+@pytest.mark.parametrize("path", ["/api/generate", "/api/chat"])
+async def test_a_streamed_reply_with_quotes_newlines_and_unicode_is_the_whole_reply(path, fake_app, aiohttp_client):
+    """Tokens with nothing to escape are spliced into chunks as llama-server's bytes, the others re-encoded: the
+    client's text is the same either way, and the same as the unstreamed reply."""
+    reply = 'Voilà: "quoted" text,\nback\\slash, tab\there, 日本語 and 🐉 done'
+    _, app = fake_app(fake_env={"FAKE_TOKEN_DELAY": "0.002", "FAKE_REPLY": reply, "FAKE_TOKENS": "40"})
+    client = await aiohttp_client(app)
+    body = {"model": "tiny", "prompt": "go"} if path == "/api/generate" else \
+        {"model": "tiny", "messages": [{"role": "user", "content": "go"}]}
+
+    def text(x: dict) -> str:
+        return x["response"] if path == "/api/generate" else x["message"]["content"]
+
+    whole = await (await client.post(path, json={**body, "stream": False})).json()
+    lines = [json.loads(x) for x in (await (await client.post(path, json=body)).text()).splitlines()]
+    assert len(lines) > 10 and lines[-1]["done"] is True
+    assert "".join(text(x) for x in lines) == text(whole)
+    assert text(whole).startswith(reply)

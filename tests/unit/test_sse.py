@@ -181,3 +181,79 @@ def test_a_diverted_stream_hands_events_to_the_sink_until_it_declines_one():
     got, sunk = asyncio.run(main())
     assert sunk == many[2:32]
     assert got == many[:2] + many[32:]
+
+
+def llama_event(content: str, token: int, n: int) -> bytes:
+    """A token event as llama-server streams it: compact JSON, its fields in its order, non-ASCII kept."""
+    event = {"index": 0, "content": content, "tokens": [token], "stop": False, "id_slot": -1,
+             "tokens_predicted": n, "tokens_evaluated": 7}
+    data = b"data: " + json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-event-per-read", "many-events-per-read"])
+def test_plain_token_events_reach_the_plain_sink_unparsed_and_the_rest_the_general_one(batched: bool):
+    """Tokens whose text needs no unescaping go to the plain sink as llama-server's bytes; a text with a quote,
+    a backslash or a newline, an event of another shape, and whatever the plain sink refuses go to the general
+    sink parsed; nothing is lost or reordered."""
+    from ollama_py.runner.sse import Tap
+
+    texts = [" plain", " héllo 日本", ' say "hi"', "\n", " back\\slash", " tab\t", " plain again", "", " refused",
+             " last"]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    final = b"data: " + json.dumps({"content": "", "stop": True}).encode() + b"\n\n"
+    odd = b'data: {"content":" odd order","stop":false}\n\n'  # valid, but not llama-server's layout
+
+    async def main() -> tuple[list, list]:
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(head + llama_event("first", 1, 1))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            frames = [llama_event(t, 10 + i, 2 + i) for i, t in enumerate(texts)]
+            frames.insert(3, b"%x\r\n%s\r\n" % (len(odd), odd))
+            frames.append(b"%x\r\n%s\r\n0\r\n\r\n" % (len(final), final))
+            for frame in [b"".join(frames)] if batched else frames:
+                writer.write(frame)
+                await writer.drain()
+                await asyncio.sleep(0.002)
+
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sunk: list[tuple[str, str]] = []  # (which sink, text), in the order they came
+        got: list[dict] = []
+
+        def take_plain(content: bytes, ids: bytes) -> bool:
+            if content == b" refused":
+                return False
+            sunk.append(("plain", content.decode()))
+            assert ids == b"%d" % (10 + texts.index(content.decode()))
+            return True
+
+        def take_general(event: dict) -> bool:
+            if event.get("stop"):
+                return False
+            sunk.append(("general", event["content"]))
+            return True
+
+        tap = Tap()
+        try:
+            async for event in stream_events("127.0.0.1", port, "/completion", {}, read_timeout=5, tap=tap):
+                got.append(event)
+                if len(got) == 1:
+                    assert tap.stream is not None
+                    tap.stream.divert(take_general, take_plain)
+        finally:
+            server.close()
+        return got, sunk
+
+    got, sunk = asyncio.run(main())
+    assert [e["content"] for e in got] == ["first", ""] and got[-1]["stop"] is True
+    assert [t for _, t in sunk] == [*texts[:3], " odd order", *texts[3:]]
+    by_sink = dict((t, k) for k, t in sunk)
+    for text in (' say "hi"', "\n", " odd order", " back\\slash", " tab\t", " refused"):
+        assert by_sink[text] == "general", text
+    # One event per read: every token with nothing to unescape is taken unparsed. Many per read: those before
+    # the first that is not; the rest of that read goes the general way.
+    plain = [" plain", " héllo 日本"] if batched else [" plain", " héllo 日本", " plain again", "", " last"]
+    assert [t for k, t in sunk if k == "plain"] == plain
