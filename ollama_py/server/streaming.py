@@ -68,11 +68,15 @@ def escaped_chunks(render: Callable[[str, str], bytes]) -> Callable[[bytes], byt
     return lambda raw: b'%s"%s"%s' % (head, raw, tail)
 
 
+def escaped(text: str) -> bytes:
+    """A text as its JSON string body, escaped as fastjson.dumps escapes it, in UTF-8."""
+    return json_string(text)[1:-1].encode()
+
+
 def text_chunks(render: Callable[[str, str], bytes]) -> Callable[[str], bytes]:
-    """A route's token chunk as a function of its text: byte for byte what `render(text, now_rfc3339())` gives,
-    the text JSON-escaped as fastjson.dumps escapes it."""
+    """A route's token chunk as a function of its text: byte for byte what `render(text, now_rfc3339())` gives."""
     fill = escaped_chunks(render)
-    return lambda text: fill(json_string(text)[1:-1].encode())
+    return lambda text: fill(escaped(text))
 
 
 class Lane:
@@ -100,7 +104,7 @@ class Lane:
         return t is not None and not t.is_closing() and t.get_write_buffer_size() < _LANE_BUFFER
 
     def write(self, text: str) -> None:
-        self.write_escaped(json_string(text)[1:-1].encode())
+        self.write_escaped(escaped(text))
 
     def write_escaped(self, raw: bytes) -> None:
         """The chunk for a text given as its JSON string body (escaped, UTF-8)."""
