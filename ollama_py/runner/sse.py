@@ -21,7 +21,7 @@ from ollama_py.errors import BadRequest, RunnerError
 
 _HIGH_WATER, _LOW_WATER = 256, 32  # events queued before reading pauses / resumes (a slow client)
 _MAX_HEAD = 64 * 1024
-_READ_SIZE = 64 * 1024  # one receive buffer per stream, reused for every read
+_TICKS = 4  # looks at a stream's read count per read_timeout (a stall is found within 1.25 read_timeouts)
 
 # One HTTP chunk holding one plain token event exactly as llama-server streams it (compact JSON, these fields in
 # this order) whose content has nothing escaped: its text and token ids are taken by one match, with no
@@ -50,12 +50,8 @@ def error_from(status: int, text: str) -> RunnerError:
     return RunnerError(f"llama-server {status}: {message}")
 
 
-class SSEStream(asyncio.BufferedProtocol):
-    """The response to one request; `stream_events` yields its `data:` payloads as dicts.
-
-    A buffered protocol: the transport reads into one buffer of ours, where a plain protocol would get a new
-    bytes object per read (asyncio allocates 256 KiB for it and shrinks it), once per token.
-    """
+class SSEStream(asyncio.Protocol):
+    """The response to one request; `stream_events` yields its `data:` payloads as dicts."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None) -> None:
         self._loop = loop
@@ -74,27 +70,32 @@ class SSEStream(asyncio.BufferedProtocol):
         self._finished = False  # saw the last event ([DONE], stop, or a non-200 body complete)
         self._closed = False
         self._paused = False
-        self._last_read = loop.time()
+        self._reads = 0  # reads so far; the silence timer compares it with what it saw last time
         self._timer: asyncio.TimerHandle | None = None
-        self._buffer = memoryview(bytearray(_READ_SIZE))
         self._sink: Callable[[dict[str, Any]], bool] | None = None
         self._plain_sink: Callable[[bytes, bytes], bool] | None = None
+        self._boundary = False  # a 200 chunked body, between chunks, nothing held back: where plain events may start
 
     # -- the protocol side -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         if self._read_timeout:
-            self._timer = self._loop.call_later(self._read_timeout, self._check_silence)
+            self._timer = self._loop.call_later(self._read_timeout / _TICKS, self._check_silence, -1, 0)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self._last_read = self._loop.time()
-        start = self._plain(nbytes) if self._plain_sink is not None else 0
-        if start == nbytes:
-            return
-        data: bytes | memoryview = self._buffer[start:nbytes]
+    def data_received(self, data: bytes) -> None:
+        self._reads += 1
+        sink = self._plain_sink
+        if sink is not None and self._boundary:  # plain token events, taken whole while the sink accepts them
+            pos, end = 0, len(data)
+            while pos < end:
+                m = _PLAIN.match(data, pos)
+                if m is None or int(m[1], 16) != m.end() - m.end(1) - 4 or not sink(m[2], m[3]):
+                    break
+                pos = m.end()
+            if pos == end:
+                return
+            if pos:
+                data = data[pos:]
         try:
             if not self.status:
                 self._head += data
@@ -139,15 +140,17 @@ class SSEStream(asyncio.BufferedProtocol):
             self._transport.abort()
         self._wake()
 
-    def _check_silence(self) -> None:
+    def _check_silence(self, reads: int, quiet: int) -> None:
+        """Every `read_timeout / _TICKS` seconds: a stream that read nothing in the last _TICKS looks (and is
+        not paused for a slow client) has been silent for `read_timeout`. One timer a stream; reads only count."""
         assert self._read_timeout
-        idle = self._loop.time() - self._last_read
         if self._finished or self._closed:
             return
-        if idle >= self._read_timeout and not self._paused:
+        quiet = quiet + 1 if reads == self._reads and not self._paused else 0
+        if quiet >= _TICKS:
             self.fail(RunnerStalled(f"llama runner stopped responding: no output for {self._read_timeout:g}s"))
         else:
-            self._timer = self._loop.call_later(max(self._read_timeout - idle, 0.01), self._check_silence)
+            self._timer = self._loop.call_later(self._read_timeout / _TICKS, self._check_silence, self._reads, quiet)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -155,21 +158,6 @@ class SSEStream(asyncio.BufferedProtocol):
             waiter.set_result(None)
 
     # -- parsing ---------------------------------------------------------------------------------------
-    def _plain(self, nbytes: int) -> int:
-        """Hand the plain token events at the start of this read to the plain sink, as long as it takes them;
-        where the rest of the read begins (only at a chunk boundary, so the general path carries on there)."""
-        if self.status != 200 or not self._chunked or self._remaining >= 0 or self._need_crlf or self._raw \
-                or self._text or self._finished:
-            return 0
-        buffer, sink, pos = self._buffer, self._plain_sink, 0
-        assert sink is not None
-        while pos < nbytes:
-            m = _PLAIN.match(buffer, pos, nbytes)
-            if m is None or int(m[1], 16) != m.end() - m.end(1) - 4 or not sink(m[2], m[3]):
-                break
-            pos = m.end()
-        return pos
-
     def _parse_head(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
@@ -234,6 +222,8 @@ class SSEStream(asyncio.BufferedProtocol):
                     self._remaining, self._need_crlf = -1, True
         del raw[:pos]
         self._lines()
+        self._boundary = (self.status == 200 and self._remaining < 0 and not self._need_crlf and not raw
+                          and not self._text and not self._finished)
 
     def _lines(self) -> None:
         text = self._text
@@ -267,6 +257,7 @@ class SSEStream(asyncio.BufferedProtocol):
                 raise RunnerError(line[7:].decode("utf-8", "replace").strip())
 
     def _end_of_body(self) -> None:
+        self._boundary = False
         if self.status != 200:
             self._error = error_from(self.status, self._text.decode("utf-8", "replace"))
         elif not self._finished:

@@ -199,7 +199,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             body["return_tokens"] = True
         if req.logprobs is not None:
             body["n_probs"] = max(req.logprobs, 1)
-        text_parts: list[str] = []
+        text_parts: list[str | bytes] = []
         thinking_parts: list[str] = []
         tokens: list[int] = []
         final_event: dict[str, Any] = {}
@@ -210,27 +210,30 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
         lane = req.lane if parser is None and req.logprobs is None else None
         tap = sse.Tap() if lane is not None else None
+        want_context = req.want_context
 
         def take_plain(event: dict[str, Any]) -> bool:
             """(Runner stream callback, once diverted.) A plain token, written through the lane."""
-            if event.get("stop") or event.get("completion_probabilities") or not lane.ready():
+            if event.get("stop") or event.get("completion_probabilities"):
                 return False
-            if req.want_context and event.get("tokens"):
+            content = event.get("content")
+            if content and not lane.write(content):
+                return False
+            if want_context and event.get("tokens"):
                 tokens.extend(event["tokens"])
-            if content := event.get("content"):
+            if content:
                 text_parts.append(content)
-                lane.write(content)
             return True
 
         def take_unparsed(content: bytes, token_ids: bytes) -> bool:
-            """(Runner stream callback, once diverted.) A plain token as llama-server's bytes, nothing escaped."""
-            if not lane.ready():
+            """(Runner stream callback, once diverted.) A plain token as llama-server's bytes, nothing escaped:
+            written as they are, kept as bytes (decoded with the rest at the end)."""
+            if content and not put(content):
                 return False
-            if req.want_context and token_ids:
+            if want_context and token_ids:
                 tokens.extend(map(int, token_ids.split(b",")))
             if content:
-                text_parts.append(content.decode("utf-8", "replace"))
-                lane.write_escaped(content)
+                text_parts.append(content)
             return True
 
         try:
@@ -250,6 +253,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                         # Resumed: the consumer has written that chunk, so the headers are out and the lane is
                         # bound if it is usable. From here plain tokens go through it without waking us.
                         if tap is not None and tap.stream is not None and lane.ready():
+                            put = lane.put  # bound with the headers: take_unparsed's writer from now on
                             tap.stream.divert(take_plain, take_unparsed)
                             tap = None
                 else:
@@ -272,7 +276,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             prompt_text = _prompt_text(prompt)
             prompt_tokens = await loaded.client.tokenize(prompt_text, add_special=not req.context)
             context = [*(req.context or []), *prompt_tokens, *tokens]
-        text = "".join(text_parts)
+        text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in text_parts)
         tool_calls = parse_tool_calls(text) if req.tools else None
         final = Final(
             done_reason="stop" if tool_calls else _STOP_REASONS.get(final_event.get("stop_type", "eos"), "stop"),

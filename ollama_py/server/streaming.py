@@ -34,9 +34,12 @@ def now_rfc3339() -> str:
     ns = time.time_ns()
     second, micros = divmod(ns // 1000, 1_000_000)
     if second != _SECOND[0]:
-        _SECOND[0] = second
-        _SECOND[1] = dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+        _SECOND[0], _SECOND[1] = second, _second_text(second)
     return f"{_SECOND[1]}{micros:06d}Z"
+
+
+def _second_text(second: int) -> str:
+    return dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
 class _StreamResponse(web.StreamResponse):
@@ -85,33 +88,62 @@ class Lane:
     Once the headers and the first chunk are out, completion.run_completion diverts the runner's plain token
     events here (runner/sse.py `divert`): each token's text becomes the route's chunk in the protocol callback
     that parsed it, with no task wake-up and no generator chain per token; a token whose text llama-server sent
-    with nothing escaped goes in as those bytes (write_escaped), without being decoded and encoded again.
-    Chunked framing as aiohttp writes it, so aiohttp writes the final chunk and the end of the body after it as
-    usual. Bound only to a chunked, uncompressed response; not ready while the client is gone or more than
-    _LANE_BUFFER bytes wait for it (the event then goes the ordinary way, whose write waits for the client)."""
+    with nothing escaped goes in as those bytes, without being decoded and encoded again. Chunked framing as
+    aiohttp writes it, so aiohttp writes the final chunk and the end of the body after it as usual. Bound only
+    to a chunked, uncompressed response; refuses a chunk (`put` returns False) while the client is gone or more
+    than _LANE_BUFFER bytes wait for it: the event then goes the ordinary way, whose write waits for the client.
+    """
 
     def __init__(self, render: Callable[[str, str], bytes]) -> None:
-        self.encode = escaped_chunks(render)
+        self._render = render
         self._transport: Any = None
-        self._writer: Any = None
+        self.put: Callable[[bytes], bool] = lambda raw: False
 
     def bind(self, request: web.Request, resp: web.StreamResponse) -> None:
         if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression:
-            self._transport, self._writer = request.transport, request.writer
+            self._transport = request.transport
+            self.put = _putter(self._render, request.transport, request.writer)
 
     def ready(self) -> bool:
         t = self._transport
         return t is not None and not t.is_closing() and t.get_write_buffer_size() < _LANE_BUFFER
 
-    def write(self, text: str) -> None:
-        self.write_escaped(escaped(text))
+    def write(self, text: str) -> bool:
+        """The chunk for a text, if the client can take it now."""
+        return self.put(escaped(text))
 
-    def write_escaped(self, raw: bytes) -> None:
-        """The chunk for a text given as its JSON string body (escaped, UTF-8)."""
-        data = self.encode(raw)
-        frame = b"%x\r\n%s\r\n" % (len(data), data)
-        self._writer.output_size += len(frame)  # the access log's byte count
-        self._transport.write(frame)
+
+def _putter(render: Callable[[str, str], bytes], transport: Any, writer: Any) -> Callable[[bytes], bool]:
+    """`put(raw)`: the route's chunk for a text given as its JSON string body (escaped, UTF-8), framed and
+    written, created_at (where the chunk has one) as now_rfc3339() gives it; False, writing nothing, when the
+    client is gone or slow. The token path: two bytes formats a token, everything else looked up once here."""
+    text, stamp = f'"{_TEXT}"'.encode(), _TIME.encode()
+    chunk = render(_TEXT, _TIME)
+    text_at, stamp_at = chunk.index(text), chunk.find(stamp)
+    fixed = len(chunk) - len(text) + 2 + (27 - len(stamp) if stamp_at >= 0 else 0)  # 27: a created_at's length
+    frame_fmt = b"%x\r\n" + chunk.replace(b"%", b"%%").replace(text, b'"%s"').replace(stamp, b"%s") + b"\r\n"
+    stamped, stamp_first = stamp_at >= 0, 0 <= stamp_at < text_at
+    if not stamped:
+        frame_fmt += b"%s"  # the (empty) stamp
+    is_closing, buffered, write, time_ns = transport.is_closing, transport.get_write_buffer_size, transport.write, \
+        time.time_ns
+    second_text: list[Any] = [None, b""]
+
+    def put(raw: bytes) -> bool:
+        if is_closing() or buffered() >= _LANE_BUFFER:
+            return False
+        when = b""
+        if stamped:
+            second, micros = divmod(time_ns() // 1000, 1_000_000)
+            if second != second_text[0]:
+                second_text[0], second_text[1] = second, _second_text(second).encode()
+            when = b"%s%06dZ" % (second_text[1], micros)
+        frame = frame_fmt % ((fixed + len(raw), when, raw) if stamp_first else (fixed + len(raw), raw, when))
+        writer.output_size += len(frame)  # the access log's byte count
+        write(frame)
+        return True
+
+    return put
 
 
 async def _first(events: AsyncIterator[Any]) -> tuple[bool, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -177,8 +178,10 @@ def test_a_lane_frames_chunks_and_stands_down_for_a_slow_or_gone_client():
     assert writer.output_size == 100 + len(transport.sent[0])
     transport.buffered = 1 << 20
     assert not lane.ready()  # a slow client: the ordinary path, which waits for it
+    assert lane.write("more") is False and lane.put(b"more") is False and len(transport.sent) == 1
     transport.buffered, transport.closing = 0, True
     assert not lane.ready()  # a client that hung up
+    assert lane.write("more") is False and len(transport.sent) == 1
     unchunked = Lane(lambda text, _at: b'{"response":"%s"}' % text.encode())
     unchunked.bind(request, SimpleNamespace(headers={}, compression=False))  # HTTP/1.0: no chunked framing
     assert not unchunked.ready()
@@ -192,7 +195,9 @@ TRICKY_TEXTS = ["", " world", 'say "hi"\\n', "tab\there\nnew line", "\x00\x1f\x7
 def test_a_chunk_filled_in_per_token_is_the_chunk_the_route_renders(text: str) -> None:
     """text_chunks fills a chunk rendered once with markers; what it writes must be what the route's own
     encoding (a dict through fastjson) gives, for any text, wherever created_at sits."""
-    from ollama_py.server.streaming import ndjson_line, sse_event, text_chunks
+    from types import SimpleNamespace
+
+    from ollama_py.server.streaming import Lane, escaped, ndjson_line, sse_event, text_chunks
 
     renders = {
         "time before the text": lambda t, at: ndjson_line({"model": "m:latest", "created_at": at, "response": t,
@@ -208,6 +213,18 @@ def test_a_chunk_filled_in_per_token_is_the_chunk_the_route_renders(text: str) -
         assert made == render(text, stamp), name
         assert json.loads(made.decode().removeprefix("data: ")) == json.loads(render(text, stamp).decode()
                                                                              .removeprefix("data: "))
+        # the lane's writer, which takes the text as its escaped JSON body, frames the very same chunk
+        lane, sent = Lane(render), []
+        transport = SimpleNamespace(write=sent.append, get_write_buffer_size=lambda: 0, is_closing=lambda: False)
+        lane.bind(SimpleNamespace(transport=transport, writer=SimpleNamespace(output_size=0)),
+                  SimpleNamespace(headers={"Transfer-Encoding": "chunked"}, compression=False))
+        assert lane.put(escaped(text)) is True
+        size, _, rest = sent[0].partition(b"\r\n")
+        chunk = rest.removesuffix(b"\r\n")
+        assert int(size, 16) == len(chunk) and rest.endswith(b"\r\n"), name
+        stamp = json.loads(chunk.decode().removeprefix("data: ")).get("created_at", "")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp) or "no time" in name, name
+        assert chunk == render(text, stamp), name
 
 
 async def test_a_streamed_generate_gives_the_same_context_as_a_whole_one(fake_app, aiohttp_client):
