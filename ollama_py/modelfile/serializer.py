@@ -21,7 +21,7 @@ from ollama_py.modelfile.parser import INSTRUCTIONS, Command, Modelfile
 
 log = logging.getLogger(__name__)
 
-GENERATOR = "ollama-py show"
+GENERATOR = "ollama show"  # byte for byte what Ollama writes: tools compare or strip this header
 
 _BLANK = " \t"
 

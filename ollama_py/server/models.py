@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any
 
 from aiohttp import web
@@ -53,6 +54,10 @@ def keep_alive(body: dict[str, Any]) -> float | None:
         raise BadRequest(str(e) if "duration" in str(e) else f"invalid keep_alive: {raw!r}") from None
 
 
+_FOREVER = (2**63 - 1) / 1e9  # Ollama's keep-alive "forever": the longest Go duration, ~292 years
+
+
 def rfc3339(ts: float) -> str:
-    """store.models.rfc3339, with "forever" as the largest timestamp there is (9999-12-31T23:59:59Z)."""
-    return store_rfc3339(253402300799.0 if math.isinf(ts) else ts)
+    """store.models.rfc3339, with "forever" as Ollama shows it: now plus the longest Go duration (~292 years
+    ahead, what its `time.Now().Add(math.MaxInt64)` gives)."""
+    return store_rfc3339(time.time() + _FOREVER if math.isinf(ts) else ts)

@@ -69,6 +69,21 @@ async def test_load_and_unload_with_empty_prompt(client):
     assert unload["done_reason"] == "unload" and unload["message"] == {"role": "assistant", "content": ""}
 
 
+async def test_a_model_kept_forever_expires_as_ollama_shows_it(client):
+    """keep_alive -1: Ollama's expires_at is now plus the longest Go duration (~292 years ahead)."""
+    import datetime as dt
+
+    await client.post("/api/generate", json={"model": "tiny", "keep_alive": -1})
+    ps = await (await client.get("/api/ps")).json()
+    expires = dt.datetime.fromisoformat(ps["models"][0]["expires_at"].replace("Z", "+00:00"))
+    years = (expires - dt.datetime.now(dt.timezone.utc)).days / 365.25
+    assert 292 < years < 293
+    await client.post("/api/generate", json={"model": "tiny", "keep_alive": "1m"})
+    ps = await (await client.get("/api/ps")).json()
+    expires = dt.datetime.fromisoformat(ps["models"][0]["expires_at"].replace("Z", "+00:00"))
+    assert 0 < (expires - dt.datetime.now(dt.timezone.utc)).total_seconds() <= 60
+
+
 async def test_an_http_1_0_client_gets_the_whole_stream_unchunked(fake_app, aiohttp_server):
     """HTTP/1.0 has no chunked encoding: the stream is the body up to the close (no direct chunk writes)."""
     import asyncio
