@@ -55,31 +55,9 @@ _LANE_BUFFER = 64 * 1024  # bytes waiting in the transport beyond which the lane
 _TEXT, _TIME = "\ue000text\ue000", "\ue000time\ue000"  # markers no chunk's fixed parts contain
 
 
-def escaped_chunks(render: Callable[[str, str], bytes]) -> Callable[[bytes], bytes]:
-    """A route's token chunk as a function of its text's JSON string body, already escaped, in UTF-8 (what
-    llama-server's event carries between the quotes). `render(text, created_at)` gives the chunk's bytes; it is
-    called once, with markers, and the result is filled in per token (created_at, where the chunk has one, as
-    now_rfc3339() gives it), without building and encoding a dict per token."""
-    head, tail = render(_TEXT, _TIME).split(f'"{_TEXT}"'.encode())
-    stamp = _TIME.encode()
-    if stamp in head:
-        a, b = head.split(stamp)
-        return lambda raw: b'%s%s%s"%s"%s' % (a, now_rfc3339().encode(), b, raw, tail)
-    if stamp in tail:
-        a, b = tail.split(stamp)
-        return lambda raw: b'%s"%s"%s%s%s' % (head, raw, a, now_rfc3339().encode(), b)
-    return lambda raw: b'%s"%s"%s' % (head, raw, tail)
-
-
 def escaped(text: str) -> bytes:
     """A text as its JSON string body, escaped as fastjson.dumps escapes it, in UTF-8."""
     return json_string(text)[1:-1].encode()
-
-
-def text_chunks(render: Callable[[str, str], bytes]) -> Callable[[str], bytes]:
-    """A route's token chunk as a function of its text: byte for byte what `render(text, now_rfc3339())` gives."""
-    fill = escaped_chunks(render)
-    return lambda text: fill(escaped(text))
 
 
 class Lane:

@@ -208,11 +208,11 @@ TRICKY_TEXTS = ["", " world", 'say "hi"\\n', "tab\there\nnew line", "\x00\x1f\x7
 
 @pytest.mark.parametrize("text", TRICKY_TEXTS, ids=repr)
 def test_a_chunk_filled_in_per_token_is_the_chunk_the_route_renders(text: str) -> None:
-    """text_chunks fills a chunk rendered once with markers; what it writes must be what the route's own
+    """The lane's writer fills a chunk rendered once with markers; what it frames must be what the route's own
     encoding (a dict through fastjson) gives, for any text, wherever created_at sits."""
     from types import SimpleNamespace
 
-    from ollama_py.server.streaming import Lane, escaped, ndjson_line, sse_event, text_chunks
+    from ollama_py.server.streaming import Lane, escaped, ndjson_line, sse_event
 
     renders = {
         "time before the text": lambda t, at: ndjson_line({"model": "m:latest", "created_at": at, "response": t,
@@ -222,13 +222,6 @@ def test_a_chunk_filled_in_per_token_is_the_chunk_the_route_renders(text: str) -
         "no time": lambda t, at: sse_event({"id": "chatcmpl-1", "choices": [{"delta": {"content": t}}]}),
     }
     for name, render in renders.items():
-        fill = text_chunks(render)
-        made = fill(text)
-        stamp = json.loads(made.decode().removeprefix("data: ")).get("created_at", "")
-        assert made == render(text, stamp), name
-        assert json.loads(made.decode().removeprefix("data: ")) == json.loads(render(text, stamp).decode()
-                                                                             .removeprefix("data: "))
-        # the lane's writer, which takes the text as its escaped JSON body, frames the very same chunk
         lane, sent = Lane(render), []
         transport = SimpleNamespace(write=sent.append, get_write_buffer_size=lambda: 0, is_closing=lambda: False)
         lane.bind(SimpleNamespace(transport=transport, writer=SimpleNamespace(output_size=0)),
@@ -240,6 +233,8 @@ def test_a_chunk_filled_in_per_token_is_the_chunk_the_route_renders(text: str) -
         stamp = json.loads(chunk.decode().removeprefix("data: ")).get("created_at", "")
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp) or "no time" in name, name
         assert chunk == render(text, stamp), name
+        assert json.loads(chunk.decode().removeprefix("data: ")) == json.loads(render(text, stamp).decode()
+                                                                              .removeprefix("data: "))
 
 
 async def test_a_streamed_generate_gives_the_same_context_as_a_whole_one(fake_app, aiohttp_client):
