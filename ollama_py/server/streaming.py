@@ -25,21 +25,21 @@ from ollama_py.server.errors import describe, error_body
 log = logging.getLogger(__name__)
 
 
-_SECOND: list[Any] = [None, ""]  # [whole second, its "YYYY-MM-DDTHH:MM:SS." text]
+_SECOND: list[Any] = [None, "", b""]  # [whole second, its "YYYY-MM-DDTHH:MM:SS." text, the same in bytes]
 
 
 def now_rfc3339() -> str:
     """UTC now as Ollama writes created_at ("2024-05-01T12:00:00.123456Z"). Called once per streamed chunk, so
     the date and time are formatted once a second and only the microseconds per call."""
-    ns = time.time_ns()
-    second, micros = divmod(ns // 1000, 1_000_000)
+    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
     if second != _SECOND[0]:
-        _SECOND[0], _SECOND[1] = second, _second_text(second)
+        _new_second(second)
     return f"{_SECOND[1]}{micros:06d}Z"
 
 
-def _second_text(second: int) -> str:
-    return dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+def _new_second(second: int) -> None:
+    text = dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+    _SECOND[:] = [second, text, text.encode()]
 
 
 class _StreamResponse(web.StreamResponse):
@@ -105,17 +105,16 @@ def _putter(render: Callable[[str, str], bytes], transport: Any, writer: Any) ->
         frame_fmt += b"%s"  # the (empty) stamp
     is_closing, buffered, write, time_ns = transport.is_closing, transport.get_write_buffer_size, transport.write, \
         time.time_ns
-    second_text: list[Any] = [None, b""]
 
     def put(raw: bytes) -> bool:
         if is_closing() or buffered() >= _LANE_BUFFER:
             return False
         when = b""
         if stamped:
-            second, micros = divmod(time_ns() // 1000, 1_000_000)
-            if second != second_text[0]:
-                second_text[0], second_text[1] = second, _second_text(second).encode()
-            when = b"%s%06dZ" % (second_text[1], micros)
+            second, micros = divmod(time_ns() // 1000, 1_000_000)  # now_rfc3339, inlined, in bytes
+            if second != _SECOND[0]:
+                _new_second(second)
+            when = b"%s%06dZ" % (_SECOND[2], micros)
         frame = frame_fmt % ((fixed + len(raw), when, raw) if stamp_first else (fixed + len(raw), raw, when))
         writer.output_size += len(frame)  # the access log's byte count
         write(frame)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
 from ollama_py.errors import BadRequest, RunnerError
-from ollama_py.runner.sse import RunnerStalled, UpstreamLost, post_stream, stream_events
+from ollama_py.runner.sse import RunnerStalled, Tap, UpstreamLost, post_stream, stream_events
 
 EVENTS = [{"content": "Hel", "stop": False}, {"content": "lo", "stop": False},
           {"content": "", "stop": True, "timings": {"predicted_n": 2}}]
@@ -43,6 +44,17 @@ async def respond(raw: bytes, *, close: bool = True, pause: float = 0.0) -> list
 def chunked(body: bytes, size: int = 5) -> bytes:
     parts = [body[i : i + size] for i in range(0, len(body), size)]
     return b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+async def read_diverting(port: int, after: int, *sinks: Any) -> list[dict]:
+    """The events a consumer gets from a stream whose later events it diverts to `sinks` after the first `after`."""
+    tap, got = Tap(), []
+    async for event in stream_events("127.0.0.1", port, "/completion", {}, read_timeout=5, tap=tap):
+        got.append(event)
+        if len(got) == after:
+            assert tap.stream is not None
+            tap.stream.divert(*sinks)
+    return got
 
 
 def test_chunked_body_with_extensions():
@@ -139,8 +151,6 @@ def test_a_slow_consumer_pauses_reading_and_still_gets_every_event_in_order():
 
 def test_a_diverted_stream_hands_events_to_the_sink_until_it_declines_one():
     """Events go to the sink in the protocol callback; the first it declines, and all after it, to the consumer."""
-    from ollama_py.runner.sse import Tap
-
     many = [{"content": f"t{i}", "stop": False} for i in range(50)] + [{"content": "", "stop": True}]
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -159,7 +169,6 @@ def test_a_diverted_stream_hands_events_to_the_sink_until_it_declines_one():
         server = await asyncio.start_server(on_client, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         sunk: list[dict] = []
-        got: list[dict] = []
 
         def sink(event: dict) -> bool:
             if len(sunk) == 30:
@@ -167,13 +176,8 @@ def test_a_diverted_stream_hands_events_to_the_sink_until_it_declines_one():
             sunk.append(event)
             return True
 
-        tap = Tap()
         try:
-            async for event in stream_events("127.0.0.1", port, "/completion", {}, read_timeout=5, tap=tap):
-                got.append(event)
-                if len(got) == 2:
-                    assert tap.stream is not None
-                    tap.stream.divert(sink)
+            got = await read_diverting(port, 2, sink)
         finally:
             server.close()
         return got, sunk
@@ -196,8 +200,6 @@ def test_plain_token_events_reach_the_plain_sink_unparsed_and_the_rest_the_gener
     """Tokens whose text needs no unescaping go to the plain sink as llama-server's bytes; a text with a quote,
     a backslash or a newline, an event of another shape, and whatever the plain sink refuses go to the general
     sink parsed; nothing is lost or reordered."""
-    from ollama_py.runner.sse import Tap
-
     texts = [" plain", " héllo 日本", ' say "hi"', "\n", " back\\slash", " tab\t", " plain again", "", " refused",
              " last"]
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -221,7 +223,6 @@ def test_plain_token_events_reach_the_plain_sink_unparsed_and_the_rest_the_gener
         server = await asyncio.start_server(on_client, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         sunk: list[tuple[str, str]] = []  # (which sink, text), in the order they came
-        got: list[dict] = []
 
         def take_plain(content: bytes, ids: bytes) -> bool:
             if content == b" refused":
@@ -236,13 +237,8 @@ def test_plain_token_events_reach_the_plain_sink_unparsed_and_the_rest_the_gener
             sunk.append(("general", event["content"]))
             return True
 
-        tap = Tap()
         try:
-            async for event in stream_events("127.0.0.1", port, "/completion", {}, read_timeout=5, tap=tap):
-                got.append(event)
-                if len(got) == 1:
-                    assert tap.stream is not None
-                    tap.stream.divert(take_general, take_plain)
+            got = await read_diverting(port, 1, take_general, take_plain)
         finally:
             server.close()
         return got, sunk
