@@ -10,7 +10,7 @@ GEMMA := $(MODELS_CACHE)/gemma-3-270m-q4_k_m.gguf
 PROMPT ?= Why is the sky blue?
 export OLLAMA_HOST ?= 127.0.0.1:11434
 
-.PHONY: install prereqs runners models run test test-unit bench clean help
+.PHONY: install prereqs test-prereqs runners models run test test-unit bench clean help
 
 help:
 	@echo "make run    build everything needed, start the server in the background, ask SmolLM2 a question"
@@ -19,7 +19,13 @@ help:
 	@echo "make clean  remove the venv and built runners (the cache in $(CACHE) stays)"
 
 prereqs:
+	@PYTHON=$(PYTHON) scripts/setup_system.sh build
 	@scripts/check_prereqs.sh
+
+# What the tests start besides our own code (Debian's docker-registry, htpasswd): installed when this user may,
+# else the exact command to run is printed and nothing runs.
+test-prereqs:
+	@PYTHON=$(PYTHON) scripts/setup_system.sh test
 
 $(VENV)/.installed: pyproject.toml | prereqs
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,7 +44,7 @@ install: $(VENV)/.installed runners models
 run: install
 	@PY=$(PY) scripts/demo.sh "$(PROMPT)"
 
-test: install
+test: test-prereqs install
 	@PYTHON=$(PYTHON) scripts/fetch_models.sh --gemma
 	OLLAMA_PY_TEST_RUNNER=$(CURDIR)/runners/cpu_avx2/llama-server \
 	OLLAMA_PY_TEST_RUNNERS_DIR=$(CURDIR)/runners \
