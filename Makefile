@@ -50,7 +50,7 @@ test: test-prereqs install
 	OLLAMA_PY_TEST_RUNNERS_DIR=$(CURDIR)/runners \
 	OLLAMA_PY_TEST_QUANTIZE=$$(ls $(CURDIR)/runners/*/llama-quantize | head -1) \
 	OLLAMA_PY_TEST_MODEL=$(SMOLLM2) OLLAMA_PY_TEST_GEMMA=$(GEMMA) \
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration" $(PYTEST_ARGS)
