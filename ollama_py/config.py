@@ -21,14 +21,56 @@ DEFAULT_PORT = 11434
 FOREVER = float("inf")
 DEFAULT_RUNNERS_DIR = Path(__file__).resolve().parent.parent / "runners"
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9,
+            "h": 3600 * 10**9}  # µ is U+00B5 (micro sign), μ U+03BC (Greek mu): Go takes both
+_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
+MAX_DURATION_NS = (1 << 63) - 1  # Go's longest time.Duration, ~292 years: Ollama's "forever"
+
+
+def parse_go_duration(text: str) -> int:
+    """Nanoseconds from a Go duration string, by time.ParseDuration's grammar and errors.
+
+        duration := "0" | [sign] (number unit)+      sign := "-" | "+"
+        number   := digits ["." [digits]] | "." digits      unit := ns | us | µs | μs | ms | s | m | h
+
+    One sign at most ("--5m" is refused), a unit after every number ("5" is refused; "0" alone is allowed),
+    and a total beyond int64 nanoseconds is "invalid duration", as in Go. Raises ValueError with Go's text.
+    """
+    invalid = ValueError(f'time: invalid duration "{text}"')
+    body = text
+    negative = body[:1] == "-"
+    if body[:1] in ("-", "+"):
+        body = body[1:]
+    if body == "0":
+        return 0
+    if not body:
+        raise invalid
+    total = 0
+    pos = 0
+    while pos < len(body):
+        m = _DURATION_PART.match(body, pos)
+        assert m is not None  # every part of the pattern may be empty
+        whole, frac, unit = m.group(1), m.group(2) or "", m.group(3)
+        if not whole and not frac:
+            raise invalid
+        if not unit:
+            raise ValueError(f'time: missing unit in duration "{text}"')
+        scale = _UNIT_NS.get(unit)
+        if scale is None:
+            raise ValueError(f'time: unknown unit "{unit}" in duration "{text}"')
+        total += int(whole or "0") * scale + int(frac or "0") * scale // 10 ** len(frac)
+        if total > MAX_DURATION_NS + negative:
+            raise invalid
+        pos = m.end()
+    return -total if negative else total
 
 
 def parse_duration(value: object) -> float:
     """Seconds from an Ollama duration: a number of seconds, or a Go duration string ("5m", "1h30m", "-1s").
 
-    Negative means forever (returned as +inf). Raises ValueError for anything else.
+    Negative means forever (returned as +inf), and so does a number of seconds past the longest Go duration
+    (~292 years: Ollama's own "forever"), so no expiry time ever lies beyond what a clock can show. A numeric
+    string counts as seconds (OLLAMA_KEEP_ALIVE=300, as Ollama's envconfig reads it). Raises ValueError else.
     """
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}")
@@ -37,24 +79,14 @@ def parse_duration(value: object) -> float:
     elif isinstance(value, str):
         text = value.strip().strip("\"'")
         try:
-            seconds = float(text)
+            seconds = float(text) if text.lstrip("+-")[:1].isdigit() else parse_go_duration(text) / 1e9
         except ValueError:
-            sign = -1.0 if text.startswith("-") else 1.0
-            body = text.lstrip("+-")
-            pos, total = 0, 0.0
-            for m in _DURATION_RE.finditer(body):
-                if m.start() != pos:
-                    break
-                total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-                pos = m.end()
-            if not body or pos != len(body):
-                raise ValueError(f'time: invalid duration "{value}"') from None
-            seconds = sign * total
+            seconds = parse_go_duration(text) / 1e9  # Go's error text
     else:
         raise ValueError(f"invalid duration {value!r}")
     if seconds != seconds:  # NaN
         raise ValueError(f"invalid duration {value!r}")
-    return FOREVER if seconds < 0 else seconds
+    return FOREVER if seconds < 0 or seconds * 1e9 >= MAX_DURATION_NS else seconds + 0.0  # -0 is 0
 
 
 def _var(env: dict[str, str], key: str) -> str:

@@ -1,0 +1,117 @@
+"""Protocol edges a client can reach: durations as Go parses them, a keep-alive past any clock, role names in any
+case, and what the server answers to a method it does not serve."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ollama_py.config import FOREVER, parse_duration
+
+
+@pytest.fixture
+async def client(fake_app, aiohttp_client):
+    _, app = fake_app()
+    return await aiohttp_client(app)
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("5m", 300.0), ("1h30m", 5400.0), ("1.5h", 5400.0), (".5s", 0.5), ("5.s", 5.0), ("0", 0.0), ("-0", 0.0),
+    ("+5m", 300.0), ("1µs", 1e-6), ("1μs", 1e-6), ("300", 300.0), ("2562047h", 2562047 * 3600.0),
+    ("-1s", FOREVER), (-1, FOREVER), (1e12, FOREVER), (9.3e9, FOREVER), (9.2e9, 9.2e9),
+], ids=["minutes", "compound", "fraction", "leading-dot", "trailing-dot", "zero", "minus-zero", "plus-sign",
+        "micro-sign", "greek-mu", "numeric-string", "longest-hours", "negative", "negative-number",
+        "huge-number", "just-past-longest", "just-under-longest"])
+def test_durations_parse_as_go_and_ollama_read_them(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text,error", [
+    ("--5m", 'time: invalid duration "--5m"'),
+    ("+-5m", 'time: invalid duration "+-5m"'),
+    ("-", 'time: invalid duration "-"'),
+    (".s", 'time: invalid duration ".s"'),
+    ("9999999999h", 'time: invalid duration "9999999999h"'),
+    ("2562048h", 'time: invalid duration "2562048h"'),
+    ("5x", 'time: unknown unit "x" in duration "5x"'),
+    ("1h5", 'time: missing unit in duration "1h5"'),
+    ("inf", 'time: invalid duration "inf"'),
+], ids=["double-sign", "mixed-signs", "sign-only", "no-digits", "overflowing-hours", "just-past-int64",
+        "unknown-unit", "missing-unit", "inf-word"])
+def test_durations_go_refuses_are_refused(text, error):
+    with pytest.raises(ValueError) as e:
+        parse_duration(text)
+    assert str(e.value) == error
+
+
+@pytest.mark.parametrize("keep_alive", [1e12, 1e300, 9223372037], ids=["1e12", "1e300", "just-past-go-max"])
+async def test_a_keep_alive_past_any_clock_is_forever_and_ps_still_answers(client, keep_alive):
+    """A number of seconds beyond Go's longest duration is Ollama's forever: /api/ps shows ~292 years, not a 500."""
+    r = await client.post("/api/generate", json={"model": "tiny", "keep_alive": keep_alive})
+    assert r.status == 200
+    ps = await client.get("/api/ps")
+    assert ps.status == 200
+    expires = dt.datetime.fromisoformat((await ps.json())["models"][0]["expires_at"].replace("Z", "+00:00"))
+    assert 292 < (expires - dt.datetime.now(dt.timezone.utc)).days / 365.25 < 293
+
+
+@pytest.mark.parametrize("keep_alive,error", [
+    ("9999999999h", 'time: invalid duration "9999999999h"'),
+    ("--5m", 'time: invalid duration "--5m"'),
+], ids=["overflowing-string", "double-sign"])
+async def test_a_keep_alive_go_refuses_is_a_400(client, keep_alive, error):
+    r = await client.post("/api/generate", json={"model": "tiny", "keep_alive": keep_alive})
+    assert r.status == 400 and (await r.json())["error"] == error
+    ps = await client.get("/api/ps")
+    assert ps.status == 200
+
+
+@pytest.mark.parametrize("role", ["USER", "User", "uSeR"])
+async def test_native_chat_takes_a_role_in_any_case(client, role):
+    r = await client.post("/api/chat", json={"model": "tiny", "stream": False, "options": {"num_predict": 2},
+                                             "messages": [{"role": "System", "content": "be brief"},
+                                                          {"role": role, "content": "hi"}]})
+    assert r.status == 200
+    assert (await r.json())["message"] == {"role": "assistant", "content": "The quick"}
+
+
+async def test_native_chat_takes_a_tool_role_in_any_case(client):
+    messages = [{"role": "user", "content": "weather?"},
+                {"role": "ASSISTANT", "content": "", "tool_calls": [{"function": {"name": "w", "arguments": {}}}]},
+                {"role": "TOOl", "content": "sunny", "tool_name": "w"}]
+    r = await client.post("/api/chat", json={"model": "tiny", "stream": False, "options": {"num_predict": 1},
+                                             "messages": messages})
+    assert r.status == 200 and (await r.json())["message"]["content"] == "The"
+
+
+async def test_native_chat_still_refuses_an_unknown_role(client):
+    r = await client.post("/api/chat", json={"model": "tiny", "messages": [{"role": "Banana", "content": "hi"}]})
+    assert r.status == 400
+    assert (await r.json())["error"] == ("invalid role 'Banana' in messages[0]: "
+                                         "must be one of system, user, assistant, tool")
+
+
+async def test_openai_chat_takes_a_role_in_any_case(client):
+    r = await client.post("/v1/chat/completions", json={
+        "model": "tiny", "max_tokens": 2,
+        "messages": [{"role": "SYSTEM", "content": "be brief"}, {"role": "User", "content": "hi"}]})
+    assert r.status == 200
+    assert (await r.json())["choices"][0]["message"]["content"] == "The quick"
+
+
+async def test_responses_take_a_role_in_any_case(client):
+    r = await client.post("/v1/responses", json={"model": "tiny", "max_output_tokens": 2,
+                                                 "input": [{"role": "Developer", "content": "be brief"},
+                                                           {"role": "USER", "content": "hi"}]})
+    assert r.status == 200
+    assert (await r.json())["output"][0]["content"][0]["text"] == "The quick"
+
+
+async def test_anthropic_messages_take_a_role_in_any_case(client):
+    r = await client.post("/v1/messages", json={"model": "tiny", "max_tokens": 2,
+                                                "messages": [{"role": "USER", "content": "hi"},
+                                                             {"role": "Assistant", "content": "hello"},
+                                                             {"role": "user", "content": "again"}]})
+    assert r.status == 200
+    assert (await r.json())["content"] == [{"type": "text", "text": "The quick"}]
