@@ -85,6 +85,7 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
     if not isinstance(msg, dict):
         raise BadRequest(f"messages[{i}] must be an object")
     role = msg.get("role")
+    role = role.lower() if isinstance(role, str) else role  # as Ollama's api.Message does
     if role not in ("user", "assistant"):
         raise BadRequest(f"messages[{i}].role must be \"user\" or \"assistant\"")
     content = msg.get("content")

@@ -188,7 +188,10 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"messages[{i}] must be an object")
         role = m.get("role")
         if role not in _ROLES:
-            raise BadRequest(f"invalid role {role!r} in messages[{i}]: must be one of system, user, assistant, tool")
+            if not (isinstance(role, str) and role.lower() in _ROLES):
+                raise BadRequest(f"invalid role {role!r} in messages[{i}]: "
+                                 "must be one of system, user, assistant, tool")
+            m = {**m, "role": role.lower()}  # Ollama's api.Message lowercases the role ("USER", "System")
         content = m.get("content", "")
         if content is not None and not isinstance(content, str):
             raise BadRequest(f"messages[{i}].content must be a string")
