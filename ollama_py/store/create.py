@@ -215,8 +215,8 @@ def _blob_info(store: ModelStore, digest: str) -> GGUFInfo:
         return store.blob_info(digest)
     except NotFound:
         raise BadRequest(f"blob {canonical_digest(digest)} not found") from None
-    except BadRequest:
-        raise BadRequest("supplied file was not in GGUF format") from None
+    except BadRequest as e:
+        raise _not_gguf(e) from None
 
 
 def _base_info(store: ModelStore, layer: Layer) -> GGUFInfo:
@@ -233,10 +233,18 @@ def _base_info(store: ModelStore, layer: Layer) -> GGUFInfo:
 def _file_info(path: Path) -> GGUFInfo:
     try:
         return read_gguf_info(path)
-    except BadRequest:
-        raise BadRequest("supplied file was not in GGUF format") from None
+    except BadRequest as e:
+        raise _not_gguf(e) from None
     except OSError as e:
         raise BadRequest(f"cannot read {path}: {e.strerror}") from None
+
+
+def _not_gguf(e: BadRequest) -> BadRequest:
+    """Ollama's words for a file that is not a GGUF at all; the reader's reason for one whose header it refuses
+    (a count that cannot fit, arrays nested too deep), which says more than "not in GGUF format"."""
+    if str(e).startswith("invalid GGUF file"):
+        return BadRequest(f"supplied file was not in GGUF format: {str(e).removeprefix('invalid GGUF file: ')}")
+    return BadRequest("supplied file was not in GGUF format")
 
 
 def _media_type(info: GGUFInfo) -> str:

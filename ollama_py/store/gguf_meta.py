@@ -7,6 +7,12 @@ The reader walks the header itself over a read-only mmap, taking the type codes 
 package. gguf.GGUFReader gives the same answer (the tests hold the two side by side) but builds a numpy
 view per array element: 2.7 s for SmolLM2's header and 15 s for Gemma 3's 262k-token vocabulary, which
 /api/create and /api/show cannot afford. Only the header pages are ever touched.
+
+A header is untrusted input (a 120-byte upload can claim 2e7 layers or a 5,000-deep array), so nothing is
+built from a count before it is checked: every count and length must fit in the bytes that remain (each
+entry takes at least its fixed-size part), arrays nest at most _MAX_DEPTH deep and hold at most
+_MAX_ARRAY items, every tensor's data must lie inside the file, and the key/values the estimator turns into
+per-layer tables (`*.block_count`) are bounded. Any violation is one BadRequest("invalid GGUF file: ...").
 """
 
 from __future__ import annotations
@@ -25,6 +31,18 @@ from ollama_py.errors import BadRequest
 _MAX_KV = 1 << 20
 _MAX_TENSORS = 1 << 22
 _MAX_DIMS = 8
+_MAX_DEPTH = 8  # real files nest arrays one level at most
+_MAX_ARRAY = 1 << 24  # the largest vocabularies are ~262k tokens; merges fewer than 1M
+# llama.cpp refuses more than 512 layers (LLAMA_MAX_LAYERS); a count past this is never a real model, and the
+# memory estimate builds per-layer tables from it (2e7 "layers" cost seconds and hundreds of MB).
+_MAX_BLOCKS = 4096
+# The fewest bytes one entry can take: a key/value (key length, value type, a 1-byte value), a tensor-table
+# row (name length, n_dims, type, offset), and an array element of each kind (strings: their length;
+# nested arrays: their type and count).
+_MIN_KV_BYTES = 8 + 4 + 1
+_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
+_MIN_STRING_BYTES = 8
+_MIN_ARRAY_BYTES = 4 + 8
 
 _VT = gguf.GGUFValueType
 _SCALAR_FORMATS: dict[int, str] = {
@@ -182,9 +200,19 @@ def read_gguf_info(path: Path) -> GGUFInfo:
             if f.read(4) != b"GGUF":
                 raise BadRequest("invalid file magic: not a GGUF file")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return _Header(mm).read()
+                info = _Header(mm).read()
     except (struct.error, IndexError, ValueError, OverflowError) as e:
         raise BadRequest(f"invalid GGUF file: {e}") from None
+    check_bounds(info)
+    return info
+
+
+def check_bounds(info: GGUFInfo) -> None:
+    """Refuse key/values that would make us build something huge from a small file (see the module doc)."""
+    for key, value in info.kv.items():
+        if key.endswith("block_count") and isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value <= _MAX_BLOCKS:
+                raise _invalid(f"{key} is {value} (at most {_MAX_BLOCKS})")
 
 
 class _Header:
@@ -206,22 +234,37 @@ class _Header:
             raise BadRequest(f"unsupported GGUF version {version}")
         n_tensors, n_kv = self._unpack("QQ")
         if n_kv > _MAX_KV or n_tensors > _MAX_TENSORS:
-            raise BadRequest("invalid GGUF file: implausible key/value or tensor count")
+            raise _invalid("implausible key/value or tensor count")
+        self._fits(n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES, "the key/values and tensor table")
         kv: dict[str, object] = {}
         for _ in range(n_kv):
             key = self._string()
             (vtype,) = self._unpack("I")
-            kv[key] = self._value(vtype)
+            kv[key] = self._value(vtype, 0)
+        self._fits(n_tensors * _MIN_TENSOR_BYTES, "the tensor table")
         tensors: list[tuple[str, str, tuple[int, ...]]] = []
+        extents: list[tuple[str, int, int]] = []
         for _ in range(n_tensors):
             name = self._string()
             (n_dims,) = self._unpack("I")
             if n_dims > _MAX_DIMS:
-                raise BadRequest(f"invalid GGUF file: tensor {name} has {n_dims} dimensions")
+                raise _invalid(f"tensor {name} has {n_dims} dimensions")
             shape = self._unpack("Q" * n_dims)
-            ttype, _offset = self._unpack("IQ")
+            ttype, offset = self._unpack("IQ")
             tensors.append((name, _TENSOR_TYPE_NAMES.get(ttype, f"type{ttype}"), tuple(shape)))
+            extents.append((name, offset, _tensor_bytes(ttype, shape)))
+        alignment = kv.get("general.alignment", 32)
+        if not isinstance(alignment, int) or isinstance(alignment, bool) or not 0 < alignment <= 1 << 20:
+            raise _invalid(f"general.alignment is {alignment!r}")
+        data_start = -(-self.pos // alignment) * alignment
+        for name, offset, size in extents:
+            if data_start + offset + size > self.end:
+                raise _invalid(f"tensor {name} lies past the end of the file")
         return GGUFInfo(kv, tuple(tensors))
+
+    def _fits(self, need: int, what: str) -> None:
+        if need > self.end - self.pos:
+            raise _invalid(f"{what} cannot fit in the file ({need} bytes needed, {self.end - self.pos} left)")
 
     def _unpack(self, fmt: str) -> tuple:
         values = struct.unpack_from(self.e + fmt, self.buf, self.pos)
@@ -231,39 +274,57 @@ class _Header:
     def _string(self) -> str:
         (n,) = self._unpack("Q")
         if n > self.end - self.pos:
-            raise BadRequest("invalid GGUF file: string runs past the end of the file")
+            raise _invalid("string runs past the end of the file")
         raw = self.buf[self.pos : self.pos + n]
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def _value(self, vtype: int) -> object:
+    def _value(self, vtype: int, depth: int) -> object:
         if vtype == _VT.STRING:
             return self._string()
         if vtype == _VT.ARRAY:
-            return self._array()
+            return self._array(depth + 1)
         fmt = _SCALAR_FORMATS.get(vtype)
         if fmt is None:
-            raise BadRequest(f"invalid GGUF file: unknown value type {vtype}")
+            raise _invalid(f"unknown value type {vtype}")
         (value,) = self._unpack(fmt)
         return _float32(value) if vtype == _VT.FLOAT32 else value
 
-    def _array(self) -> list[object]:
+    def _array(self, depth: int) -> list[object]:
+        if depth > _MAX_DEPTH:
+            raise _invalid(f"arrays nested more than {_MAX_DEPTH} deep")
         vtype, n = self._unpack("IQ")
+        if n > _MAX_ARRAY:
+            raise _invalid(f"an array of {n} items (at most {_MAX_ARRAY})")
         if vtype == _VT.STRING:
-            if n * 8 > self.end - self.pos:
-                raise BadRequest("invalid GGUF file: array runs past the end of the file")
+            self._fits(n * _MIN_STRING_BYTES, "an array")
             return [self._string() for _ in range(n)]
         if vtype == _VT.ARRAY:
-            return [self._array() for _ in range(n)]
+            self._fits(n * _MIN_ARRAY_BYTES, "an array")
+            return [self._array(depth + 1) for _ in range(n)]
         fmt = _SCALAR_FORMATS.get(vtype)
         if fmt is None:
-            raise BadRequest(f"invalid GGUF file: unknown array type {vtype}")
+            raise _invalid(f"unknown array type {vtype}")
         size = struct.calcsize(fmt)
         if n * size > self.end - self.pos:
-            raise BadRequest("invalid GGUF file: array runs past the end of the file")
+            raise _invalid("array runs past the end of the file")
         values = np.frombuffer(self.buf, dtype=np.dtype(self.e + fmt), count=n, offset=self.pos).tolist()
         self.pos += n * size
         return [_float32(v) for v in values] if vtype == _VT.FLOAT32 else values
+
+
+def _invalid(reason: str) -> BadRequest:
+    return BadRequest(f"invalid GGUF file: {reason}")
+
+
+def _tensor_bytes(ttype: int, shape: tuple[int, ...]) -> int:
+    """A tensor's data size from its GGML type and shape; 0 for a type newer than our gguf package (its
+    size is then unknown, and only the known ones are checked against the file)."""
+    try:
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ttype)]
+    except (ValueError, KeyError):
+        return 0
+    return math.prod(shape) // block * type_size
 
 
 def _float32(value: float) -> float:

@@ -103,3 +103,36 @@ def write_llama_gguf(path: Path, *, file_type: int = 1, dtype: type = np.float16
         kv["tokenizer.chat_template"] = chat_template
     kv.update(extra_kv or {})
     return write_gguf(path, "llama", kv, llama_tensors(dtype, seed), general_type=general_type)
+
+
+# -- raw headers, byte by byte: for files GGUFWriter would never write (lying counts, deep nesting) -------------
+T_UINT32, T_STRING, T_ARRAY, T_UINT64 = 4, 8, 9, 10
+
+
+def u32(n: int) -> bytes:
+    return n.to_bytes(4, "little")
+
+
+def u64(n: int) -> bytes:
+    return n.to_bytes(8, "little")
+
+
+def gguf_string(text: str | bytes) -> bytes:
+    raw = text.encode() if isinstance(text, str) else text
+    return u64(len(raw)) + raw
+
+
+def raw_gguf(kv: list[tuple[str, int, bytes]], *, n_kv: int | None = None, n_tensors: int = 0,
+             tail: bytes = b"") -> bytes:
+    """A GGUF v3 header: `kv` as (key, value type, encoded value), then `tail` (tensor rows, padding).
+    `n_kv` / `n_tensors` are what the header claims, whatever follows."""
+    body = b"".join(gguf_string(key) + u32(vtype) + value for key, vtype, value in kv)
+    return b"GGUF" + u32(3) + u64(n_tensors) + u64(len(kv) if n_kv is None else n_kv) + body + tail
+
+
+def nested_array(depth: int) -> bytes:
+    """An array value holding an array holding ... `depth` levels, the innermost empty."""
+    value = u32(T_UINT32) + u64(0)
+    for _ in range(depth - 1):
+        value = u32(T_ARRAY) + u64(1) + value
+    return value
