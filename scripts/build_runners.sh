@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build upstream llama.cpp (llama-server, llama-quantize, ggml-rpc-server) per variant into runners/<variant>/.
 #
-# Usage: scripts/build_runners.sh [VARIANT...]      VARIANT: cpu cpu_avx2 cuda metal
-#   no argument: every variant this host can build and run.
+# Usage: scripts/build_runners.sh [VARIANT...]      VARIANT: cpu cpu_avx2 vulkan cuda metal
+#   no argument: every variant this host can build and run (vulkan: when glslc and the Vulkan loader's
+#   development files are installed, e.g. Debian's libvulkan-dev glslc spirv-headers).
 #
 # Source (one pinned upstream revision):
 #   default                the llama.cpp tree vendored verbatim in the PyPI sdist llama-cpp-python==0.3.36,
@@ -34,10 +35,45 @@ host_variants() {
   local v="cpu"
   if [ "$arch" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo \
      && grep -qw f16c /proc/cpuinfo; then v="$v cpu_avx2"; fi
+  if vulkan_buildable; then v="$v vulkan"; fi
   if command -v nvcc >/dev/null 2>&1 && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     v="$v cuda"
   fi
   echo "$v"
+}
+
+vulkan_buildable() {
+  command -v glslc >/dev/null 2>&1 && [ -f /usr/include/vulkan/vulkan.h ] \
+    && { [ -e /usr/lib/x86_64-linux-gnu/libvulkan.so ] || [ -e /usr/lib/aarch64-linux-gnu/libvulkan.so ] \
+         || [ -e /usr/lib/libvulkan.so ] || ldconfig -p 2>/dev/null | grep -q 'libvulkan.so '; }
+}
+
+# ggml-vulkan.cpp uses vk::LayerSettingEXT (Vulkan headers >= 1.3.261) without a version guard; Debian bookworm
+# ships 1.3.239. Rather than patch the pinned source, newer headers (trixie's libvulkan-dev: headers only, the
+# loader stays the system's) are unpacked into the cache with a private apt state: nothing system-wide changes.
+VULKAN_HEADERS_MIN=261
+vulkan_include_dir() {
+  local sys=/usr/include/vulkan/vulkan_core.h ver
+  ver="$(sed -n 's/^#define VK_HEADER_VERSION \([0-9]*\).*/\1/p' "$sys" 2>/dev/null | head -1)"
+  if [ -n "$ver" ] && [ "$ver" -ge "$VULKAN_HEADERS_MIN" ]; then echo /usr/include; return; fi
+  local dir="$CACHE/vulkan-headers" apt="$CACHE/vulkan-headers.apt"
+  if [ ! -f "$dir/usr/include/vulkan/vulkan_core.h" ]; then
+    need apt-get vulkan-headers "Vulkan headers >= 1.3.$VULKAN_HEADERS_MIN are needed; install them and retry"
+    step "vulkan: fetching Debian trixie's Vulkan headers (system headers are 1.3.${ver:-?}, need >= 1.3.$VULKAN_HEADERS_MIN)"
+    rm -rf "$apt" "$dir.tmp"; mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/etc" "$dir.tmp"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+      >"$apt/etc/sources.list"
+    local opts=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+                -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache::Archives=$apt/archives"
+                -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Get::List-Cleanup=0)
+    apt-get "${opts[@]}" -qq update >/dev/null 2>&1 || die "step 'vulkan-headers' failed: apt-get update (trixie lists)"
+    (cd "$apt/archives" && apt-get "${opts[@]}" -qq download libvulkan-dev >/dev/null 2>&1) \
+      || die "step 'vulkan-headers' failed: apt-get download libvulkan-dev from trixie"
+    dpkg-deb -x "$(ls "$apt"/archives/libvulkan-dev_*.deb | head -1)" "$dir.tmp" \
+      || die "step 'vulkan-headers' failed: dpkg-deb -x"
+    rm -rf "$dir" "$apt"; mv "$dir.tmp" "$dir"
+  fi
+  echo "$dir/usr/include"
 }
 
 # The GPU generations to compile for: Volta (70) to Blackwell (120), less those this nvcc no longer knows
@@ -64,7 +100,10 @@ variant_flags() {
     cpu_avx2) echo "$common ${x86_off//-DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF/-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON} -DGGML_SSE42=ON" | sed 's/-DGGML_SSE42=OFF//' ;;
     cuda) echo "$common -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(cuda_archs) -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" ;;
     metal) echo "$common -DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON" ;;
-    *) die "unknown variant '$1' (known: cpu cpu_avx2 cuda metal)" ;;
+    # AMD, Intel and NVIDIA GPUs through one backend; the CPU part as cpu_avx2 (x86) so partial offload is fast
+    vulkan) if [ "$(uname -m)" = x86_64 ]; then variant_flags cpu_avx2 | sed 's/$/ -DGGML_VULKAN=ON/'
+            else echo "$common -DGGML_VULKAN=ON"; fi ;;
+    *) die "unknown variant '$1' (known: cpu cpu_avx2 vulkan cuda metal)" ;;
   esac
 }
 
@@ -120,10 +159,16 @@ build_variant() {
     launcher="-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
   fi
   if [ ! -x "$bdir/bin/llama-server" ] || [ ! -f "$bdir/.done" ]; then
+    local extra=""
+    if [ "$variant" = vulkan ]; then
+      vulkan_buildable || die "variant vulkan needs glslc and the Vulkan loader's development files \
+(Debian: apt-get install libvulkan-dev glslc spirv-headers)"
+      extra="-DVulkan_INCLUDE_DIR=$(vulkan_include_dir)"
+    fi
     step "$variant: configure ($bdir)"
     # shellcheck disable=SC2086
     cmake -S "$SRC" -B "$bdir" -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" \
-      $flags $launcher >"$bdir.configure.log" 2>&1 \
+      $flags $extra $launcher >"$bdir.configure.log" 2>&1 \
       || { tail -30 "$bdir.configure.log" >&2; die "step 'configure' of $variant failed (log: $bdir.configure.log)"; }
     step "$variant: compile ${TARGETS[*]} with $JOBS jobs"
     cmake --build "$bdir" --config Release -j "$JOBS" --target "${TARGETS[@]}" 2>&1 \
@@ -153,6 +198,28 @@ PY
   step "$variant: done ($(cd "$out" && ls | tr '\n' ' '))"
 }
 
+# The Hugging Face -> GGUF converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py, their conversion/ package
+# and gguf-py) copied next to the runners from the same source as the binaries: a converted model then has
+# exactly the tensor names and metadata these runners load, and ollama-py finds the converter where it finds
+# llama-quantize (OLLAMA_RUNNERS_DIR/convert), with no cache lookup at run time. Plain Python, nothing to build;
+# convert_*.py put their own gguf-py first on sys.path (the gguf wheel installed with ollama-py may be older).
+install_converter() {
+  local out="$RUNNERS/convert" tmp
+  if [ -f "$out/source-id" ] && [ "$(cat "$out/source-id")" = "$SRC_ID" ] && [ -f "$out/convert_hf_to_gguf.py" ]; then
+    step "convert: up to date ($out)"; return
+  fi
+  [ -f "$SRC/convert_hf_to_gguf.py" ] && [ -d "$SRC/gguf-py/gguf" ] || die "step 'convert' failed: $SRC has no convert_hf_to_gguf.py and gguf-py"
+  tmp="$out.tmp.$$"
+  rm -rf "$tmp"; mkdir -p "$tmp/gguf-py"
+  cp "$SRC/convert_hf_to_gguf.py" "$SRC/convert_lora_to_gguf.py" "$tmp/"
+  if [ -d "$SRC/conversion" ]; then cp -R "$SRC/conversion" "$tmp/"; fi
+  cp -R "$SRC/gguf-py/gguf" "$tmp/gguf-py/"
+  find "$tmp" -name __pycache__ -type d -prune -exec rm -rf {} +
+  printf '%s\n' "$SRC_ID" >"$tmp/source-id"
+  rm -rf "$out"; mv "$tmp" "$out"
+  step "convert: done ($out)"
+}
+
 main() {
   local variants=("$@")
   [ ${#variants[@]} -gt 0 ] || read -r -a variants <<<"$(host_variants)"
@@ -160,5 +227,6 @@ main() {
   fetch_source
   mkdir -p "$RUNNERS" "$CACHE/build"
   for v in "${variants[@]}"; do build_variant "$v"; done
+  install_converter
 }
 main "$@"
