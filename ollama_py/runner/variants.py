@@ -27,7 +27,8 @@ from ollama_py.errors import OllamaError
 
 log = logging.getLogger(__name__)
 
-VARIANT_ORDER: tuple[str, ...] = ("cuda", "metal", "cpu_avx2", "cpu")
+# Best first. Vulkan comes after the vendor backends (CUDA is faster on NVIDIA cards) and before the CPU builds.
+VARIANT_ORDER: tuple[str, ...] = ("cuda", "metal", "vulkan", "cpu_avx2", "cpu")
 AVX2_FLAGS = frozenset({"avx2", "fma", "f16c"})
 SERVER_BINARY = "llama-server"
 BUILD_INFO = "build-info.json"
@@ -40,6 +41,7 @@ class HostInfo:
     system: str  # platform.system(): "Linux", "Darwin", ...
     cpu_flags: frozenset[str]
     nvidia_gpus: int
+    vulkan_gpus: int = 0  # GPUs the vulkan runner lists (0 when it is not built or OLLAMA_VULKAN=0)
 
 
 def _linux_cpu_flags(cpuinfo: str) -> frozenset[str]:
@@ -62,8 +64,25 @@ def _macos_cpu_flags() -> frozenset[str]:
     return frozenset(flags)
 
 
-def probe_host(*, count_nvidia_gpus: Callable[[], int] | None = None) -> HostInfo:
-    """This machine: architecture, OS, CPU flags and the number of visible NVIDIA GPUs."""
+def vulkan_enabled(env: Mapping[str, str]) -> bool:
+    """OLLAMA_VULKAN=0 (or false/no/off) keeps the vulkan runner out of the automatic choice."""
+    return env.get("OLLAMA_VULKAN", "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def count_vulkan_gpus(runners_dir: Path, env: Mapping[str, str]) -> int:
+    """How many Vulkan devices the built vulkan runner sees under `env` (its own --list-devices); 0 without one."""
+    binary = runners_dir / "vulkan" / SERVER_BINARY
+    if not vulkan_enabled(env) or not (binary.is_file() and os.access(binary, os.X_OK)):
+        return 0
+    from ollama_py.estimate.devices import list_devices, runner_gpus  # noqa: PLC0415 - a probe, on use
+
+    return len(runner_gpus(list_devices(binary, env), "vulkan"))
+
+
+def probe_host(*, count_nvidia_gpus: Callable[[], int] | None = None, runners_dir: Path | None = None,
+               env: Mapping[str, str] | None = None) -> HostInfo:
+    """This machine: architecture, OS, CPU flags, the visible NVIDIA GPUs and (given runners_dir) the Vulkan
+    devices its vulkan runner lists."""
     system, machine = platform.system(), platform.machine()
     if system == "Linux":
         try:
@@ -80,7 +99,9 @@ def probe_host(*, count_nvidia_gpus: Callable[[], int] | None = None) -> HostInf
         def count_nvidia_gpus() -> int:
             return len(probe_nvidia(os.environ)[0])
 
-    return HostInfo(machine=machine, system=system, cpu_flags=flags, nvidia_gpus=count_nvidia_gpus())
+    vulkan = count_vulkan_gpus(runners_dir, os.environ if env is None else env) if runners_dir else 0
+    return HostInfo(machine=machine, system=system, cpu_flags=flags, nvidia_gpus=count_nvidia_gpus(),
+                    vulkan_gpus=vulkan)
 
 
 def read_build_info(variant_dir: Path) -> dict[str, object]:
@@ -116,6 +137,8 @@ def suits_host(variant: str, host: HostInfo) -> bool:
         return host.nvidia_gpus > 0
     if variant == "metal":
         return host.system == "Darwin" and host.machine == "arm64"
+    if variant == "vulkan":
+        return host.vulkan_gpus > 0
     if variant == "cpu_avx2":
         return host.machine.lower() in ("x86_64", "amd64") and AVX2_FLAGS <= host.cpu_flags
     return variant == "cpu"
@@ -151,7 +174,7 @@ def candidate_order(
 
 
 def choose_variant(host: HostInfo, built: Iterable[str], *, forced: str = "", bad: Iterable[str] = frozenset()) -> str:
-    """The best variant to run: forced, else cuda, metal, cpu_avx2, cpu as the host allows."""
+    """The best variant to run: forced, else cuda, metal, vulkan, cpu_avx2, cpu as the host allows."""
     return candidate_order(host, built, forced=forced, bad=bad)[0]
 
 

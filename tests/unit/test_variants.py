@@ -29,7 +29,10 @@ OLD_X86 = HostInfo("x86_64", "Linux", NO_F16C, 0)
 APPLE = HostInfo("arm64", "Darwin", frozenset(), 0)
 INTEL_MAC = HostInfo("x86_64", "Darwin", AVX2, 0)
 LINUX_ARM = HostInfo("aarch64", "Linux", frozenset({"fp", "asimd"}), 0)
+LINUX_X86_VULKAN = HostInfo("x86_64", "Linux", AVX2, 0, vulkan_gpus=1)
+LINUX_X86_BOTH = HostInfo("x86_64", "Linux", AVX2, 1, vulkan_gpus=1)
 ALL = ("cuda", "metal", "cpu_avx2", "cpu")
+WITH_VULKAN = ("cuda", "metal", "vulkan", "cpu_avx2", "cpu")
 
 
 @pytest.mark.parametrize(
@@ -45,6 +48,10 @@ ALL = ("cuda", "metal", "cpu_avx2", "cpu")
         pytest.param(LINUX_X86, ALL, {"cpu_avx2"}, ["cpu"], id="bad-avx2-skipped"),
         pytest.param(LINUX_X86_GPU, ALL, {"cuda"}, ["cpu_avx2", "cpu"], id="bad-cuda-skipped"),
         pytest.param(LINUX_X86, ("cpu", "cpu_avx2", "custom"), set(), ["cpu_avx2", "cpu"], id="unknown-built-ignored"),
+        pytest.param(LINUX_X86_VULKAN, WITH_VULKAN, set(), ["vulkan", "cpu_avx2", "cpu"], id="vulkan-gpu"),
+        pytest.param(LINUX_X86, WITH_VULKAN, set(), ["cpu_avx2", "cpu"], id="vulkan-built-no-device"),
+        pytest.param(LINUX_X86_BOTH, WITH_VULKAN, set(), ["cuda", "vulkan", "cpu_avx2", "cpu"], id="cuda-before-vulkan"),
+        pytest.param(LINUX_X86_VULKAN, WITH_VULKAN, {"vulkan"}, ["cpu_avx2", "cpu"], id="bad-vulkan-skipped"),
     ],
 )
 def test_candidate_order(host: HostInfo, built: tuple[str, ...], bad: set[str], expected: list[str]) -> None:
@@ -72,7 +79,7 @@ def test_forced_variant_wins(forced: str, built: tuple[str, ...], bad: set[str],
                      "OLLAMA_LLM_LIBRARY=cuda: that runner is not built (built: cpu, cpu_avx2); "
                      "build it with scripts/build_runners.sh cuda", id="known-not-built"),
         pytest.param("rocm", ("cpu",),
-                     "OLLAMA_LLM_LIBRARY=rocm: unknown runner variant (known: cuda, metal, cpu_avx2, cpu; built: cpu)",
+                     "OLLAMA_LLM_LIBRARY=rocm: unknown runner variant (known: cuda, metal, vulkan, cpu_avx2, cpu; built: cpu)",
                      id="unknown"),
         pytest.param("cpu", (), "OLLAMA_LLM_LIBRARY=cpu: that runner is not built (built: none); "
                      "build it with scripts/build_runners.sh cpu", id="nothing-built"),
@@ -204,3 +211,22 @@ def test_bad_variants_keeps_other_entries_and_survives_a_corrupt_file(tmp_path: 
     bad.mark("cpu_avx2", "SIGILL")
     bad.mark("cuda", "SIGILL")
     assert bad.load() == {"cpu_avx2", "cuda"}
+
+
+def _fake_runner(runners_dir: Path, listing: str) -> None:
+    binary = runners_dir / "vulkan" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\nprintf '%s\\n' 'Available devices:' '" + listing + "'\n")
+    binary.chmod(0o755)
+
+
+@pytest.mark.parametrize(("listing", "env", "expected"), [
+    pytest.param("  Vulkan0: Radeon (8192 MiB, 8000 MiB free)", {}, 1, id="listed"),
+    pytest.param("  Vulkan0: Radeon (8192 MiB, 8000 MiB free)", {"OLLAMA_VULKAN": "0"}, 0, id="turned-off"),
+    pytest.param("", {}, 0, id="no-device"),
+])
+def test_probe_host_counts_the_vulkan_runners_devices(tmp_path: Path, listing: str, env: dict[str, str],
+                                                      expected: int) -> None:
+    _fake_runner(tmp_path, listing)
+    host = probe_host(count_nvidia_gpus=lambda: 0, runners_dir=tmp_path, env={"PATH": "/usr/bin:/bin", **env})
+    assert host.vulkan_gpus == expected
