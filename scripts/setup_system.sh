@@ -4,7 +4,8 @@
 #
 # Usage: scripts/setup_system.sh build|test
 #   build  what `make run` needs: a C++ compiler, CMake, Python's venv (+ ccache to make rebuilds fast)
-#   test   build's packages + what the tests start: Debian's docker-registry and htpasswd (push/pull tests)
+#   test   build's packages + what the tests start: Debian's docker-registry and htpasswd (push/pull tests),
+#          the Vulkan build tools and Mesa's software Vulkan device (GPU offload tests)
 #
 # Debian/Ubuntu only (apt-get); elsewhere it checks and names what is missing. Prints nothing when all is there.
 set -euo pipefail
@@ -21,6 +22,11 @@ have ccache || want+=(ccache)
 if [ "$purpose" = test ]; then
   have docker-registry || [ -x /usr/bin/docker-registry ] || want+=(docker-registry)
   have htpasswd || want+=(apache2-utils)
+  # the vulkan runner and a software Vulkan device (Mesa's lavapipe) for the GPU offload tests
+  [ -f /usr/include/vulkan/vulkan.h ] || want+=(libvulkan-dev)
+  have glslc || want+=(glslc)
+  [ -d /usr/include/spirv ] || want+=(spirv-headers)
+  ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || want+=(mesa-vulkan-drivers)
 fi
 [ ${#want[@]} -eq 0 ] && exit 0
 
