@@ -155,26 +155,76 @@ class RunnerProcess:
 
     # -- start ---------------------------------------------------------------------------------------------
     async def ensure_ready(self) -> None:
-        """Start the child if it is not running and wait until it answers /health with 200."""
+        """Start the child if it is not running and wait until it answers /health with 200.
+
+        The wait is bounded by the load timeout on its own, whatever the start does: a start that makes no
+        progress (no stderr line, no answer from /health) for load_timeout seconds is given up here."""
         if self.state in (RunnerState.STOPPED, RunnerState.FAILED) and self._proc is None:
             # STARTING before the task runs, so this waiter (and any other) waits for the outcome.
             log.debug("runner %s: %s -> %s", self.name, self.state, RunnerState.STARTING)
             self.state = RunnerState.STARTING
+            self._failure = ""
+            self.started_at = self._last_progress = time.monotonic()
             self._start_task = asyncio.create_task(self._start())
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.state != RunnerState.STARTING)
+        while True:
+            async with self._changed:
+                if self.state != RunnerState.STARTING:
+                    break
+                remaining = self._last_progress + self._load_timeout - time.monotonic()
+                if remaining > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), remaining + _HEALTH_POLL_SECONDS)
+                    continue
+            await self._give_up(f"timed out waiting for llama runner to start - progress stalled "
+                                f"after {self._load_timeout:g}s: {self.failure_message()}".rstrip(": "))
         if self.state != RunnerState.READY:
             raise RunnerLoadError(self._failure or f"llama runner process has terminated: {self.failure_message()}")
 
+    async def _give_up(self, reason: str) -> None:
+        """Fail a start that is still starting: stop the child if there is one, else settle as failed."""
+        if self.state != RunnerState.STARTING:
+            return
+        self._failure = self._failure or reason
+        log.warning("runner %s: %s", self.name, self._failure)
+        task = self._start_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+        if self._proc is not None and self._proc.returncode is None:
+            await self.stop()
+        else:
+            await self._set_state(RunnerState.FAILED)
+
     async def _start(self) -> None:
+        """Spawn the child and wait for /health. Every way out of here settles the state (waiters wake)."""
+        try:
+            await self._spawn()
+            if self._proc is not None:
+                await self._wait_healthy()
+        except asyncio.CancelledError:
+            if self.state == RunnerState.STARTING:  # cancelled by nobody who settles it: settle it here
+                self._failure = self._failure or "llama runner start was cancelled"
+                await self._settle_failed_start()
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure must fail the start, never leave it "starting"
+            log.error("runner %s: starting llama-server failed: %s", self.name, e, exc_info=not isinstance(e, OSError))
+            self._failure = self._failure or f"error starting llama-server: {e}"
+            await self._settle_failed_start()
+
+    async def _settle_failed_start(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            await self.stop()  # -> stopping -> stopped (by _wait_exit); the waiters get self._failure
+        elif self.state == RunnerState.STARTING:
+            await self._set_state(RunnerState.FAILED)
+
+    async def _spawn(self) -> None:
         self.port = free_port()
         argv = list(self._argv_for_port(self.port))
         log.info("starting llama-server %s: %s", self.name, " ".join(argv))
         self.started_at = time.monotonic()
         self._last_progress = self.started_at
         stderr_r, stderr_w = os.pipe()
-        os.set_blocking(stderr_r, False)
         try:
+            os.set_blocking(stderr_r, False)
             self._proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -184,15 +234,12 @@ class RunnerProcess:
                 start_new_session=True,
                 preexec_fn=pdeathsig_preexec,
             )
-        except OSError as e:
+        except BaseException:
             os.close(stderr_r)
-            self._failure = f"error starting llama-server: {e}"
-            await self._set_state(RunnerState.FAILED)
-            return
+            raise
         finally:
             os.close(stderr_w)
         self._tasks = [asyncio.create_task(self._read_stderr(stderr_r)), asyncio.create_task(self._wait_exit())]
-        await self._wait_healthy()
 
     async def _read_stderr(self, fd: int) -> None:
         """The child's stderr, line by line into the tail (and the start-up lines, for the memory report).

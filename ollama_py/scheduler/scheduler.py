@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ollama_py.config import Settings
-from ollama_py.errors import RunnerError, ServerBusy
+from ollama_py.errors import ServerBusy
 from ollama_py.runner.argv import LaunchSpec
 from ollama_py.runner.client import LlamaClient, RunnerStalled
 from ollama_py.runner.process import RunnerProcess, RunnerState
@@ -116,7 +116,7 @@ class Scheduler:
             loaded = await self._reserve(model, options, keep_alive, embedding)
             try:
                 await loaded.runner.ensure_ready()
-            except RunnerError:
+            except Exception:  # any failure to start: forget the runner, or every later request waits on it
                 await self._drop(loaded, "failed")
                 raise
             if not loaded.client.base_url:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sys
 from dataclasses import dataclass
@@ -289,5 +290,76 @@ async def test_model_that_does_not_fit_evicts_an_idle_one_below_the_count_limit(
         await sched.load(a, {}, 600.0)
         await sched.load(b, {}, 600.0)
         assert [e.name for e in sched.loaded.values()] == ["b"]
+    finally:
+        await sched.shutdown()
+
+
+def scheduler_with_argv(tmp_path: Path, argv_for, **settings_kw) -> Scheduler:
+    """A scheduler whose runners start with argv_for(plan, port, attempt) (attempt counts runners from 0)."""
+    settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path)}, **settings_kw)
+    attempts = iter(range(1000))
+
+    def plan(model: FakeModel, options: dict, embedding: bool) -> LoadPlan:
+        spec = LaunchSpec(model=model.model_path, num_ctx=2048, parallel=1, embedding=embedding)
+        return LoadPlan(key=f"{model.model_path}|{embedding}", spec=spec, load_options={"num_ctx": 2048}, size=1000)
+
+    def factory(plan: LoadPlan, name: str, on_exit) -> RunnerProcess:
+        attempt = next(attempts)
+        return RunnerProcess(lambda port: argv_for(plan, port, attempt), name=name, env=dict(os.environ),
+                             load_timeout=settings.load_timeout, on_exit=on_exit)
+
+    return Scheduler(settings, plan=plan, runner_factory=factory)
+
+
+def fake_argv(plan: LoadPlan, port: int) -> list[str]:
+    return [sys.executable, str(FAKE), *build_argv(plan.spec, "x", port)[1:]]
+
+
+async def test_a_start_failing_before_the_spawn_fails_the_request_and_the_next_one_loads(tmp_path):
+    def argv_for(plan, port, attempt):
+        if attempt == 0:  # what running out of file descriptors looks like before the child exists
+            raise OSError(errno.EMFILE, "Too many open files")
+        return fake_argv(plan, port)
+
+    sched = scheduler_with_argv(tmp_path, argv_for)
+    a = model(tmp_path, "a")
+    try:
+        with pytest.raises(RunnerLoadError, match="error starting llama-server: .*Too many open files"):
+            await asyncio.wait_for(sched.load(a, {}, None), 30)
+        assert not sched.loaded  # /api/ps no longer shows it "loading"
+        assert sched.pending == 0
+        async with asyncio.timeout(30):
+            async with sched.use(a, {}, None) as loaded:
+                assert await generate(loaded, 2) == "The quick"
+    finally:
+        await sched.shutdown()
+
+
+async def test_a_spawn_raising_a_non_os_error_fails_the_start_for_every_waiter(tmp_path):
+    # subprocess refuses an argv with a NUL byte with ValueError, not OSError
+    sched = scheduler_with_argv(tmp_path, lambda plan, port, attempt: [sys.executable + "\0", "-V"])
+    a = model(tmp_path, "a")
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*(sched.load(a, {}, None) for _ in range(3)), return_exceptions=True), 30)
+        assert all(isinstance(r, RunnerLoadError) and "embedded null byte" in str(r) for r in results), results
+        assert not sched.loaded and sched.pending == 0
+        with pytest.raises(RunnerLoadError, match="embedded null byte"):  # the next request is answered too
+            await asyncio.wait_for(sched.load(a, {}, None), 30)
+    finally:
+        await sched.shutdown()
+
+
+async def test_the_load_deadline_holds_while_the_health_check_hangs(tmp_path):
+    # A child that listens but never answers: the health check's request hangs, and the deadline still holds.
+    listen_only = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); "
+                   "s.listen(); time.sleep(120)")
+    sched = scheduler_with_argv(tmp_path, lambda plan, port, attempt: [sys.executable, "-c", listen_only, str(port)],
+                                load_timeout=0.5)
+    a = model(tmp_path, "a")
+    try:
+        with pytest.raises(RunnerLoadError, match="timed out waiting for llama runner to start"):
+            await asyncio.wait_for(sched.load(a, {}, None), 60)
+        assert not sched.loaded and sched.pending == 0
     finally:
         await sched.shutdown()
