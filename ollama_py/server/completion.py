@@ -261,11 +261,11 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                     if stop:
                         more_thought, more_content = parser.finish()
                         thought, content = thought + more_thought, content + more_content
-                    if thought or content:
+                    probs = None if stop else event.get("completion_probabilities")
+                    if thought or content or probs:  # a tag's token still has its log-probability
                         thinking_parts.append(thought)
                         text_parts.append(content)
-                        yield Delta(content, event.get("tokens"), None if stop else event.get("completion_probabilities"),
-                                    thought)
+                        yield Delta(content, event.get("tokens"), probs, thought)
                 if stop:
                     break
         except UpstreamLost as e:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ollama_py.errors import BadRequest
 from ollama_py.server.completion import Final
+from ollama_py.server.logprobs import entries as logprob_entries
 from ollama_py.server.requests import field
 
 FINGERPRINT = "fp_ollama"
@@ -383,13 +384,9 @@ def tool_calls(native: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def chat_logprobs(probs: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
-    """llama-server completion_probabilities -> OpenAI chat logprobs.content entries."""
-    return [
-        {"token": p.get("token", ""), "logprob": p.get("logprob", 0.0), "bytes": p.get("bytes"),
-         "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob", 0.0), "bytes": t.get("bytes")}
-                          for t in (p.get("top_logprobs") or [])[:top]]}
-        for p in probs
-    ]
+    """llama-server completion_probabilities -> OpenAI chat logprobs.content entries (bytes and top_logprobs
+    always there)."""
+    return logprob_entries(probs, top, omit_empty=False)  # type: ignore[return-value]
 
 
 def text_logprobs(probs: list[dict[str, Any]], top: int, offset: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ollama_py import __version__
 from ollama_py.errors import BadRequest
-from ollama_py.server import embeddings
+from ollama_py.server import embeddings, logprobs
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
@@ -72,8 +72,11 @@ async def _reply(request: web.Request, body: dict[str, Any], events: AsyncIterat
 
 
 def _merge(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """stream:false: the final object with the streamed text concatenated."""
+    """stream:false: the final object with the streamed text (and log-probabilities) concatenated."""
     final = dict(items[-1])
+    probs = [e for i in items for e in i.get("logprobs", ())]
+    if probs:
+        final["logprobs"] = probs
     if "response" in final:
         final["response"] = "".join(i.get("response", "") for i in items)
         thinking = "".join(i.get("thinking", "") for i in items)
@@ -95,6 +98,7 @@ def _merge(items: list[dict[str, Any]]) -> dict[str, Any]:
 async def generate(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
+    top = logprobs.requested(body)  # checked first, as Ollama does
     name, raw_name = requested_model(body)
     prompt = field(body, "prompt", str, "")
     system = field(body, "system", str)
@@ -125,7 +129,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             context=context or None, want_context=not raw, suffix=suffix, images=images,
-                            think=_think(body, model), started=started)
+                            think=_think(body, model), logprobs=top, started=started)
     if raw:
         req.prompt = prompt
     else:
@@ -133,20 +137,22 @@ async def generate(request: web.Request) -> web.StreamResponse:
         req.messages = ([{"role": "system", "content": sys_text}] if sys_text else []) + [
             {"role": "user", "content": prompt}]
 
-    def chunk(text: str, thinking: str = "", created_at: str = "") -> dict[str, Any]:
+    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> dict[str, Any]:
         out = {"model": raw_name, "created_at": created_at or now_rfc3339(), "response": text}
         if thinking:
             out["thinking"] = thinking
         out["done"] = False
+        if probs:
+            out["logprobs"] = logprobs.entries(probs, top or 0)
         return out
 
-    if _streaming(body):
+    if _streaming(body) and top is None:  # log-probabilities take the ordinary path
         req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
-                yield chunk(ev.text, ev.thinking)
+                yield chunk(ev.text, ev.thinking, probs=ev.probs if top is not None else None)
             else:
                 out = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
                        "done_reason": ev.done_reason}
@@ -227,6 +233,7 @@ def chat_messages(model: Any, messages: list[dict[str, Any]]) -> list[dict[str, 
 async def chat(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
+    top = logprobs.requested(body)  # checked first, as Ollama does
     name, raw_name = requested_model(body)
     messages = _check_messages(body.get("messages"))
     tools = _check_tools(body.get("tools"))
@@ -245,23 +252,29 @@ async def chat(request: web.Request) -> web.StreamResponse:
             request, model, opts, ka, raw_name, {"message": {"role": "assistant", "content": ""}}))
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
-                            started=started)
+                            logprobs=top, started=started)
 
-    def chunk(text: str, thinking: str = "", created_at: str = "") -> dict[str, Any]:
+    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> dict[str, Any]:
         delta = {"role": "assistant", "content": text}
         if thinking:
             delta["thinking"] = thinking
-        return {"model": raw_name, "created_at": created_at or now_rfc3339(), "message": delta, "done": False}
+        out = {"model": raw_name, "created_at": created_at or now_rfc3339(), "message": delta, "done": False}
+        if probs:
+            out["logprobs"] = logprobs.entries(probs, top or 0)
+        return out
 
-    if _streaming(body) and not tools:
+    if _streaming(body) and not tools and top is None:  # log-probabilities take the ordinary path
         req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
+                probs = ev.probs if top is not None else None
                 if tools:
+                    if probs:  # the text waits for the end; its tokens' log-probabilities do not (Ollama)
+                        yield chunk("", probs=probs)
                     continue  # tool calls are parsed from the whole answer; sent with the final chunk
-                yield chunk(ev.text, ev.thinking)
+                yield chunk(ev.text, ev.thinking, probs=probs)
             else:
                 message: dict[str, Any] = {"role": "assistant", "content": ""}
                 if tools:

@@ -631,6 +631,11 @@ class Completion:
         return {"completion_tokens": self.n_decoded, "prompt_tokens": n_prompt,
                 "total_tokens": self.n_decoded + n_prompt, "prompt_tokens_details": {"cached_tokens": self.cache_n}}
 
+    @property
+    def n_probs(self) -> int:
+        n = self.body.get("n_probs", 0)
+        return n if isinstance(n, int) and not isinstance(n, bool) else 0
+
     def finish_reason(self) -> str:
         return "stop" if self.stop_type in ("eos", "word") else "length"
 
@@ -646,10 +651,28 @@ class Completion:
         }
 
 
+def token_probability(c: Completion, token: int, n_decoded: int) -> dict[str, Any]:
+    """llama-server's completion_probabilities entry for a generated token, asked for with `n_probs`: the token
+    (text, UTF-8 bytes, logprob) and the n_probs most likely candidates, here the token itself first and then
+    " alt1", " alt2", ... with made-up, deterministic, descending log-probabilities (all <= 0)."""
+    vocab = c.server.vocab
+
+    def entry(tok: int, logprob: float) -> dict[str, Any]:
+        text = vocab.piece(tok, special=False)
+        return {"id": tok, "token": text, "bytes": list(text.encode()), "logprob": logprob}
+
+    chosen = -0.05 * (1 + n_decoded % 4)
+    tops = [entry(token, chosen)] + [entry(vocab.id_of(f" alt{k}"), chosen - k) for k in range(1, c.n_probs)]
+    return {**entry(token, chosen), "top_logprobs": tops}
+
+
 def native_partial(c: Completion, step: Step) -> list[dict[str, Any]]:
     # The pinned llama-server leaves id_slot at -1 in partial results; only the final one names the slot.
-    return [{"index": 0, "content": step.text, "tokens": [step.token], "stop": False, "id_slot": -1,
-             "tokens_predicted": step.n_decoded, "tokens_evaluated": len(c.prompt)}]
+    event = {"index": 0, "content": step.text, "tokens": [step.token], "stop": False, "id_slot": -1,
+             "tokens_predicted": step.n_decoded, "tokens_evaluated": len(c.prompt)}
+    if c.n_probs > 0:
+        event["completion_probabilities"] = [token_probability(c, step.token, step.n_decoded)]
+    return [event]
 
 
 def native_final(c: Completion) -> dict[str, Any]:
@@ -661,6 +684,9 @@ def native_final(c: Completion) -> dict[str, Any]:
         "generation_settings": c.generation_settings(), "prompt": c.server.vocab.decode(c.prompt, special=True),
         "has_new_line": "\n" in c.text, "truncated": c.truncated, "stop_type": c.stop_type,
         "stopping_word": c.stopping_word, "tokens_cached": len(c.prompt) + c.n_decoded, "timings": c.timings(),
+        # llama-server sends each token's probabilities with its partial when streaming, all of them here otherwise
+        **({"completion_probabilities": [token_probability(c, t, i + 1) for i, t in enumerate(c.tokens)]}
+           if c.n_probs > 0 and not c.stream else {}),
     }
 
 
