@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ollama_py.config import Settings
-from ollama_py.errors import RunnerLoadError
+from ollama_py.errors import ModelNotFound, RunnerLoadError
 from ollama_py.estimate import gpus as gpu_probe
 from ollama_py.estimate import memory
 from ollama_py.runner import rpc, variants
@@ -36,13 +36,28 @@ def model_shape(path: Path) -> memory.ModelShape:
     return _shape(str(path), path.stat().st_mtime_ns)
 
 
+def _shape_of_stored(model: Any) -> memory.ModelShape:
+    """The weights' shape; a weights, adapter or projector blob deleted from disk behind our back is a 404 that
+    names the model (never a 500 quoting the server's blob path)."""
+    try:
+        for extra in (*model.adapters, *model.projectors):
+            if not Path(extra).is_file():
+                raise FileNotFoundError(extra)
+        return model_shape(model.model_path)
+    except FileNotFoundError as e:
+        blob = Path(str(e.filename or "")).name or "a blob"
+        name = model.name.short
+        raise ModelNotFound(name, f"model '{name}' is missing {blob} from the store: pull or create it again") \
+            from None
+
+
 def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int, model: Any,
               options: dict[str, Any], embedding: bool,
               workers_free: Callable[[tuple[str, ...]], dict[str, int]] = lambda servers: {}) -> LoadPlan:
     """How to load `model` for a request with these options: context, slots, GPU layers, memory.
 
     workers_free(servers) is the free memory of each of those RPC workers that answered ({endpoint: bytes})."""
-    shape = model_shape(model.model_path)
+    shape = _shape_of_stored(model)
     num_ctx = int(options.get("num_ctx") or settings.context_length)
     num_ctx = max(num_ctx, 4)
     if shape.context_length:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ollama_py.config import Settings
-from ollama_py.errors import ServerBusy
+from ollama_py.errors import OllamaError, ServerBusy
 from ollama_py.runner.argv import LaunchSpec
 from ollama_py.runner.client import LlamaClient, RunnerStalled
 from ollama_py.runner.process import RunnerProcess, RunnerState
@@ -154,7 +154,10 @@ class Scheduler:
 
     async def unload(self, model: Any) -> bool:
         """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded."""
-        keys = {self._key_of(model, False), self._key_of(model, True)}
+        try:
+            keys = {self._key_of(model, False), self._key_of(model, True)}
+        except (OSError, OllamaError):  # weights gone from disk or unreadable: the runners on the same weights
+            keys = {key for key, loaded in self.loaded.items() if _same_weights(loaded.model, model)}
         found = False
         async with self._changed:
             for key in keys:
@@ -326,3 +329,9 @@ class Scheduler:
                 listener(event, loaded)
             except Exception:  # a listener must not break scheduling
                 log.exception("scheduler listener failed")
+
+
+def _same_weights(a: Any, b: Any) -> bool:
+    """Whether two stored models run on the same weights and adapters (what a plan's key stands for)."""
+    return (getattr(a, "model_path", None), tuple(getattr(a, "adapters", ()))) == \
+        (getattr(b, "model_path", None), tuple(getattr(b, "adapters", ())))
