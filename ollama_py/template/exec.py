@@ -6,17 +6,41 @@ the outer variable; maps range in sorted key order; a nil result prints `<no val
 field of a struct that does not have it is an error, reading a missing map key yields nil
 (Ollama runs templates with missingkey=zero over map[string]any).
 Errors read like Go's: `template: :LINE:COL: executing "" at <NODE>: MESSAGE`.
+
+Go's text/template runs for as long as a template asks; templates here come from clients (a request's
+`template`, a created model's TEMPLATE), so one render is bounded by `Limits`: range iterations, the size of
+the output and of any string built on the way, and wall time (checked between nodes). Passing a bound is a
+TemplateError, which the server answers with a 400.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ollama_py.errors import TemplateError
 from ollama_py.template import funcs
 from ollama_py.template import nodes as n
-from ollama_py.template.gofmt import format_value, sorted_items
+from ollama_py.template.gofmt import OutputTooLong, format_value, sorted_items
 from ollama_py.template.values import GoNamed, GoStruct, go_type_name, is_true, unwrap
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one render may spend (Go has no such bounds; a server rendering clients' templates needs them)."""
+
+    iterations: int = 1_000_000  # range iterations, all the render's ranges together
+    chars: int = 64 * 1024 * 1024  # characters of output, and of any one string built on the way
+    seconds: float = 10.0  # wall time
+
+    def describe_seconds(self) -> str:
+        return f"{self.seconds:g} s"
+
+
+DEFAULT_LIMITS = Limits()
+_CLOCK_EVERY = 256  # nodes walked between two looks at the clock
 
 
 class _Missing:
@@ -35,11 +59,16 @@ class _Continue(Exception):
 
 
 class Executor:
-    def __init__(self, source: str, data: Any) -> None:
+    def __init__(self, source: str, data: Any, limits: Limits = DEFAULT_LIMITS) -> None:
         self.source = source
         self.vars: list[list[Any]] = [["$", data]]  # [name, value] pairs, innermost last
         self.out: list[str] = []
         self.node: Any = None
+        self.limits = limits
+        self.size = 0  # characters in self.out
+        self.iterations = 0
+        self.steps = 0
+        self.deadline = time.monotonic() + limits.seconds
 
     # -- errors --------------------------------------------------------------------------------
     def error(self, msg: str) -> TemplateError:
@@ -77,6 +106,27 @@ class Executor:
                 return entry[1]
         raise self.error(f"undefined variable: {name}")
 
+    # -- bounds --------------------------------------------------------------------------------
+    def emit(self, text: str) -> None:
+        self.size += len(text)
+        if self.size > self.limits.chars:
+            raise self.error(f"the output passes the limit of {self.limits.chars} characters")
+        self.out.append(text)
+
+    def check_size(self, value: Any, what: str) -> Any:
+        if isinstance(value, str) and len(value) > self.limits.chars:
+            raise self.error(f"{what} passes the limit of {self.limits.chars} characters")
+        return value
+
+    def check_clock(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise self.error(f"rendering takes longer than the limit of {self.limits.describe_seconds()}")
+
+    def count_iterations(self, count: int) -> None:
+        self.iterations += count
+        if self.iterations > self.limits.iterations:
+            raise self.error(f"range iterations pass the limit of {self.limits.iterations} per render")
+
     # -- walking -------------------------------------------------------------------------------
     def run(self, root: n.ListNode) -> str:
         data = self.vars[0][1]
@@ -85,13 +135,16 @@ class Executor:
 
     def walk(self, dot: Any, node: n.Node) -> None:
         self.node = node
+        self.steps += 1
+        if self.steps % _CLOCK_EVERY == 0:
+            self.check_clock()
         if isinstance(node, n.TextNode):
-            self.out.append(node.text)
+            self.emit(node.text)
         elif isinstance(node, n.ActionNode):
             value = self.eval_pipeline(dot, node.pipe)
             if not node.pipe.decl:
                 self.node = node
-                self.out.append(self.printable(value))
+                self.emit(self.printable(value))
         elif isinstance(node, n.ListNode):
             for child in node.nodes:
                 self.walk(dot, child)
@@ -134,6 +187,8 @@ class Executor:
             decl = node.pipe.decl
 
             def one(index: Any, elem: Any) -> None:
+                self.node = node
+                self.count_iterations(1)
                 if decl:
                     if node.pipe.is_assign:
                         self.set_var(decl[0].ident[0], index if len(decl) > 1 else elem)
@@ -168,6 +223,9 @@ class Executor:
                     if len(decl) > 1:
                         raise self.error(f"can't use {data} to iterate over more than one variable")
                     if data > 0:
+                        if self.iterations + data > self.limits.iterations:
+                            raise self.error(f"range over {data} passes the limit of {self.limits.iterations}"
+                                             " iterations per render")
                         for i in range(data):
                             one(i, i)
                         return
@@ -288,14 +346,19 @@ class Executor:
         if final is not MISSING:
             values.append(final)
         self.node = where or ident  # Go reports a call's errors at the whole command
+        if name in _BUILDS_TEXT and _rough_size(values, self.limits.chars) > self.limits.chars:
+            raise self.error(f"the arguments of {name} pass the limit of {self.limits.chars} characters")
         try:
-            return funcs.call(name, values)
+            result = funcs.call(name, values, self.limits.chars)
+        except OutputTooLong as exc:
+            raise self.error(f"error calling {name}: {exc}") from None
         except funcs.ArgError as exc:
             raise self.error(str(exc)) from None
         except funcs.FuncError as exc:
             raise self.error(f"error calling {name}: {exc}") from None
         except TemplateError as exc:
             raise self.error(f"error calling {name}: {exc}") from None
+        return self.check_size(result, f"the result of {name}")
 
     def eval_arg(self, dot: Any, arg: n.Node, func_name: str | None, position: int = 0) -> Any:
         self.node = arg
@@ -326,8 +389,36 @@ class Executor:
         raise self.error(f"can't handle {arg} as an argument")
 
 
-def execute(source: str, root: n.ListNode, data: Any) -> str:
+# Functions whose result grows with their arguments' text (printf bounds its own result as it builds it).
+_BUILDS_TEXT = frozenset({"print", "println", "html", "js", "urlquery", "json"})
+
+
+def _rough_size(values: list[Any], limit: int) -> int:
+    """About how many characters printing `values` takes: the strings' lengths and one per other item,
+    counted only until the count passes `limit`."""
+    total = 0
+    stack = list(values)
+    while stack and total <= limit:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+            total += 1
+        elif isinstance(v, Mapping):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+            total += 1
+        elif isinstance(v, (GoStruct, GoNamed)):
+            stack.append(v.fields if isinstance(v, GoStruct) else v.contents())
+            total += 1
+        else:
+            total += 1
+    return total
+
+
+def execute(source: str, root: n.ListNode, data: Any, limits: Limits = DEFAULT_LIMITS) -> str:
     try:
-        return Executor(source, data).run(root)
+        return Executor(source, data, limits).run(root)
     except RecursionError:
         raise TemplateError("template: : executing \"\": nesting too deep") from None

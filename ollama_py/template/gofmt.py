@@ -148,7 +148,8 @@ def sprintln(args: list[Any]) -> str:
 
 
 # -- printf -----------------------------------------------------------------------------------
-_SPEC = re.compile(r"%([-+# 0]*)(\*|\d+)?(?:\.(\*|\d*))?(.?)", re.DOTALL)
+# flags, width, precision (only when something follows the dot, as in Go), verb
+_SPEC = re.compile(r"%([-+# 0]*)(\*|\d+)?(?:\.(?=.)(\*|\d*))?(.?)", re.DOTALL)
 
 
 def _bad(verb: str, arg: Any) -> str:
@@ -302,9 +303,38 @@ def _format_one(verb: str, flags: str, prec: int | None, arg: Any) -> str:
     return _bad(verb, arg)
 
 
-def sprintf(fmt: str, args: list[Any]) -> str:
-    """fmt.Sprintf for the verbs templates use."""
+_MAX_WIDTH = 1_000_000  # fmt's tooLarge: a width or precision past this is refused
+
+
+def _parsenum(digits: str) -> int | None:
+    """fmt's parsenum: the number, or None once it grows past _MAX_WIDTH with digits still to come (Go then
+    gives up on the rest of the format: "crazy long number most likely")."""
+    num = 0
+    for ch in digits:
+        if num > _MAX_WIDTH:
+            return None
+        num = num * 10 + ord(ch) - 48
+    return num
+
+
+def _int_arg(args: list[Any], argi: int) -> int | None:
+    """fmt's intFromArg: the int argument for a `*` width or precision, None if it is missing, not an int or
+    too large."""
+    if argi < len(args) and isinstance(args[argi], int) and not isinstance(args[argi], bool):
+        if -_MAX_WIDTH <= args[argi] <= _MAX_WIDTH:
+            return args[argi]
+    return None
+
+
+class OutputTooLong(Exception):
+    """sprintf's result would pass the caller's limit (which the template executor sets)."""
+
+
+def sprintf(fmt: str, args: list[Any], limit: int | None = None) -> str:
+    """fmt.Sprintf for the verbs templates use. Widths and precisions are capped as Go caps them; with a
+    `limit`, a result longer than `limit` characters raises OutputTooLong as soon as it gets there."""
     out: list[str] = []
+    size = 0
     argi = 0
     pos = 0
     while True:
@@ -313,34 +343,40 @@ def sprintf(fmt: str, args: list[Any]) -> str:
             out.append(fmt[pos:])
             break
         out.append(fmt[pos:i])
+        start = pos
         m = _SPEC.match(fmt, i)
         assert m is not None
         flags, width_s, prec_s, verb = m.group(1), m.group(2), m.group(3), m.group(4)
         pos = m.end()
-        if verb == "":
-            out.append("%!(NOVERB)")
-            break
         width: int | None = None
         prec: int | None = None
         if width_s == "*":
-            if argi < len(args) and isinstance(args[argi], int) and not isinstance(args[argi], bool):
-                width = args[argi]
-                if width < 0:
-                    flags += "-"
-                    width = -width
-            else:
+            width = _int_arg(args, argi)
+            if width is None:
                 out.append("%!(BADWIDTH)")
+            elif width < 0:
+                flags += "-"
+                width = -width
             argi += 1
         elif width_s:
-            width = int(width_s)
+            width = _parsenum(width_s)
+            if width is None:
+                out.append("%!(NOVERB)")
+                break
         if prec_s == "*":
-            if argi < len(args) and isinstance(args[argi], int) and not isinstance(args[argi], bool):
-                prec = args[argi] if args[argi] >= 0 else None
-            else:
+            prec = _int_arg(args, argi)
+            if prec is None or prec < 0:
+                prec = None
                 out.append("%!(BADPREC)")
             argi += 1
         elif prec_s is not None:
-            prec = int(prec_s) if prec_s else 0
+            prec = _parsenum(prec_s) if prec_s else 0
+            if prec is None:
+                out.append("%!(NOVERB)")
+                break
+        if verb == "":
+            out.append("%!(NOVERB)")
+            break
         if verb == "%":
             out.append("%")
             continue
@@ -352,6 +388,10 @@ def sprintf(fmt: str, args: list[Any]) -> str:
         text = _format_one(verb, flags, prec, arg)
         numeric = isinstance(arg, (int, float)) and not isinstance(arg, bool)
         out.append(_pad(text, width, "-" in flags, "0" in flags and numeric and "-" not in flags))
+        if limit is not None:
+            size += len(out[-1]) + i - start
+            if size > limit:
+                raise OutputTooLong(f"printf's result passes the limit of {limit} characters")
     if argi < len(args):
         extra = ", ".join(
             "<nil>" if a is None else f"{go_type_name(a)}={format_value(a)}" for a in args[argi:]

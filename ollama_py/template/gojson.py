@@ -8,6 +8,8 @@ their `json_fields` tags (omitempty included) or a MarshalJSON hook.
 from __future__ import annotations
 
 import base64
+import json
+import re
 from typing import Any
 
 from ollama_py.template.gofmt import format_float_json, sorted_items
@@ -34,20 +36,26 @@ _ESCAPES = {
 }
 
 
+_STRING_TABLE = str.maketrans(
+    {chr(c): f"\\u{c:04x}" for c in range(0x20)}
+    | {chr(c): "\\ufffd" for c in range(0xD800, 0xE000)}  # Go replaces invalid UTF-8 with U+FFFD
+    | _ESCAPES
+)
+
+
+_HTML_UNSAFE = ("<", ">", "&", "\u2028", "\u2029")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def encode_string(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        esc = _ESCAPES.get(ch)
-        if esc is not None:
-            out.append(esc)
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        elif 0xD800 <= ord(ch) <= 0xDFFF:
-            out.append("\\ufffd")  # Go replaces invalid UTF-8 with U+FFFD
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    if _SURROGATE.search(s):
+        return '"' + s.translate(_STRING_TABLE) + '"'
+    # Python's encoder (C speed) writes what Go's does, but for Go's HTML-safe escapes.
+    text = json.dumps(s, ensure_ascii=False)
+    for ch in _HTML_UNSAFE:
+        if ch in text:
+            text = text.replace(ch, _ESCAPES[ch])
+    return text
 
 
 def _is_empty(value: Any) -> bool:

@@ -16,12 +16,12 @@ rendered.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from ollama_py.errors import TemplateError
 from ollama_py.template import exec as _exec
 from ollama_py.template import nodes
+from ollama_py.template.exec import DEFAULT_LIMITS, Limits
 from ollama_py.template.funcs import FUNC_NAMES
 from ollama_py.template.ollama_data import template_data
 from ollama_py.template.parser import parse
@@ -34,18 +34,24 @@ class Template:
     text: str
     root: nodes.ListNode
 
-    def execute(self, data: Any) -> str:
+    def execute(self, data: Any, limits: Limits = DEFAULT_LIMITS) -> str:
         """Render with `data` as dot. A dict is Ollama's map[string]any; its `Messages` and `Tools`
-        entries are converted to the Go types Ollama passes (see ollama_data.py)."""
-        return _exec.execute(self.text, self.root, template_data(data))
+        entries are converted to the Go types Ollama passes (see ollama_data.py). A render that passes
+        one of `limits` raises TemplateError."""
+        return _exec.execute(self.text, self.root, template_data(data), limits)
 
 
-@lru_cache(maxsize=256)
+MAX_TEMPLATE_CHARS = 1 << 20  # real templates are a few KiB; parsing costs about 5 s per MiB
+
+
 def parse_template(text: str) -> Template:
     """Parse Go template source; raises TemplateError (Go's message, with its line) if it is
-    malformed or uses something we do not support."""
+    malformed, longer than MAX_TEMPLATE_CHARS or uses something we do not support. Not cached:
+    prompt.parse_prompt_template keeps the templates in use."""
     if not isinstance(text, str):
         raise TemplateError("template must be a string")
+    if len(text) > MAX_TEMPLATE_CHARS:
+        raise TemplateError(f"template: too long: {len(text)} characters (the limit is {MAX_TEMPLATE_CHARS})")
     try:
         return Template(text, parse(text, FUNC_NAMES))
     except RecursionError:

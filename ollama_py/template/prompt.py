@@ -20,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from ollama_py.errors import TemplateError
@@ -112,9 +113,57 @@ def cut_after_response(root: n.ListNode) -> n.ListNode:
     return walk(root)
 
 
-@lru_cache(maxsize=256)
+class _ParsedTemplates:
+    """The templates in use, parsed (or the TemplateError parsing gave): least recently used go first once
+    there are more than `entries` or their sources pass `chars` in all. Thread-safe: prompts render in threads."""
+
+    def __init__(self, entries: int = 256, chars: int = 16 << 20) -> None:
+        self.entries, self.chars = entries, chars
+        self._items: OrderedDict[str, PromptTemplate | TemplateError] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> PromptTemplate | TemplateError | None:
+        with self._lock:
+            item = self._items.get(text)
+            if item is not None:
+                self._items.move_to_end(text)
+            return item
+
+    def put(self, text: str, item: PromptTemplate | TemplateError) -> None:
+        with self._lock:
+            if text in self._items:
+                return
+            self._items[text] = item
+            self._size += len(text)
+            while len(self._items) > self.entries or (self._size > self.chars and len(self._items) > 1):
+                old, _ = self._items.popitem(last=False)
+                self._size -= len(old)
+
+
+_PARSED = _ParsedTemplates()
+
+
+def is_parsed(text: str) -> bool:
+    """Whether parse_prompt_template(text) answers from its cache (cheap enough for the event loop)."""
+    return _PARSED.get(text) is not None
+
+
 def parse_prompt_template(text: str) -> PromptTemplate:
-    """Parse as Ollama's template.Parse does; raises TemplateError."""
+    """Parse as Ollama's template.Parse does; raises TemplateError. Remembers the answer either way."""
+    item = _PARSED.get(text)
+    if item is None:
+        try:
+            item = _parse_prompt_template(text)
+        except TemplateError as exc:
+            item = exc
+        _PARSED.put(text, item)
+    if isinstance(item, TemplateError):
+        raise TemplateError(str(item))
+    return item
+
+
+def _parse_prompt_template(text: str) -> PromptTemplate:
     tmpl = parse_template(text)
     root = tmpl.root
     names = frozenset(name.lower() for name in identifiers(root))
