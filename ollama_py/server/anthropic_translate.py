@@ -239,10 +239,9 @@ def message(msg_id: str, model: str, final: Final) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if final.thinking:
         content.append({"type": "thinking", "thinking": final.thinking, "signature": ""})
-    if final.tool_calls:
-        content.extend(_tool_use(c) for c in final.tool_calls)
-    elif final.text:
+    if final.text:  # the text before a call is a block of its own, ahead of the tool_use blocks
         content.append({"type": "text", "text": final.text})
+    content.extend(_tool_use(c) for c in final.tool_calls or [])
     reason, sequence = stop_reason(final)
     return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": reason, "stop_sequence": sequence, "usage": _usage(final)}

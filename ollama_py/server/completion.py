@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +20,8 @@ from ollama_py.runner import sse
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import current_stats
-from ollama_py.server.rendering import render_off_loop
 from ollama_py.template.thinking import ThinkingParser, infer_tags
+from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +72,7 @@ class Delta:
     tokens: list[int] | None = None
     probs: list[dict[str, Any]] | None = None
     thinking: str = ""
+    tool_calls: list[dict[str, Any]] | None = None  # calls completed by this event's text (requests with tools)
 
 
 @dataclass(slots=True)
@@ -127,8 +126,10 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         if images and prompt.count(MEDIA_MARKER) < len(images):
             prompt = MEDIA_MARKER * (len(images) - prompt.count(MEDIA_MARKER)) + prompt
     elif req.model.template:
-        prompt = await render_off_loop(req.model.template, messages=messages, tools=req.tools, suffix=req.suffix,
-                                       think=req.think)
+        from ollama_py.template.prompt import render_prompt
+
+        prompt = render_prompt(req.model.template, messages=messages, tools=req.tools, system=None,
+                               suffix=req.suffix, think=req.think)
     else:
         body: dict[str, Any] = {"messages": [_oai_message(m) for m in messages]}
         if req.tools:
@@ -207,7 +208,11 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             opening, closing = infer_tags(req.model.template or "")
             last = _prompt_text(prompt)
             parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
-        lane = req.lane if parser is None and req.logprobs is None else None
+        calls_parser = None
+        if req.tools:  # the tag comes from rendering the template (once per template, off the loop)
+            calls_parser = ToolCallParser(req.tools, await asyncio.to_thread(infer_tool_tag, req.model.template))
+        tool_calls: list[dict[str, Any]] = []
+        lane = req.lane if parser is None and calls_parser is None and req.logprobs is None else None
         tap = sse.Tap() if lane is not None else None
         want_context = req.want_context
 
@@ -244,7 +249,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                 content = event.get("content", "")
                 if req.want_context and event.get("tokens") and not stop:
                     tokens.extend(event["tokens"])
-                if parser is None:
+                if parser is None and calls_parser is None:
                     probs = None if stop else event.get("completion_probabilities")
                     if content or probs:
                         text_parts.append(content)
@@ -256,15 +261,23 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                             tap.stream.divert(take_plain, take_unparsed)
                             tap = None
                 else:
-                    thought, content = parser.add(content)
-                    if stop:
-                        more_thought, more_content = parser.finish()
-                        thought, content = thought + more_thought, content + more_content
+                    thought, calls = "", []
+                    if parser is not None:
+                        thought, content = parser.add(content)
+                        if stop:
+                            more_thought, more_content = parser.finish()
+                            thought, content = thought + more_thought, content + more_content
+                    if calls_parser is not None:  # only what may still be a tool call waits
+                        content, calls = calls_parser.add(content)
+                        if stop:
+                            more_content, more_calls = calls_parser.finish()
+                            content, calls = content + more_content, calls + more_calls
+                        tool_calls += calls
                     probs = None if stop else event.get("completion_probabilities")
-                    if thought or content or probs:  # a tag's token still has its log-probability
+                    if thought or content or probs or calls:  # a tag's token still has its log-probability
                         thinking_parts.append(thought)
                         text_parts.append(content)
-                        yield Delta(content, event.get("tokens"), probs, thought)
+                        yield Delta(content, event.get("tokens"), probs, thought, calls or None)
                 if stop:
                     break
         except UpstreamLost as e:
@@ -276,7 +289,6 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             prompt_tokens = await loaded.client.tokenize(prompt_text, add_special=not req.context)
             context = [*(req.context or []), *prompt_tokens, *tokens]
         text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in text_parts)
-        tool_calls = parse_tool_calls(text) if req.tools else None
         final = Final(
             done_reason="stop" if tool_calls else _STOP_REASONS.get(final_event.get("stop_type", "eos"), "stop"),
             # Native prompt_eval_count is what the runner evaluated (timings.prompt_n: the cached prefix is
@@ -291,7 +303,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             load_duration=load_ns,
             context=context,
             text=text,
-            tool_calls=tool_calls,
+            tool_calls=tool_calls or None,
             cache_n=int(timings.get("cache_n", 0) or 0),
             stop_word=(final_event.get("stopping_word") or None) if final_event.get("stop_type") == "word" else None,
             thinking="".join(thinking_parts),
@@ -315,34 +327,3 @@ async def _runner_death(loaded: Loaded, cause: Exception) -> RunnerError:
         if down:
             error = RunnerError(f"lost RPC worker {', '.join(down)}: {error}")
     return error
-
-
-_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
-
-
-def parse_tool_calls(text: str) -> list[dict[str, Any]] | None:
-    """Tool calls in a model's output (<tool_call>{...}</tool_call> blocks, or a bare JSON object/list with
-    name + arguments) as Ollama's message.tool_calls, arguments as JSON objects."""
-    candidates = _TOOL_CALL_TAG.findall(text) or [text.strip()]
-    calls: list[dict[str, Any]] = []
-    for raw in candidates:
-        raw = raw.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            if not isinstance(item, dict):
-                continue
-            fn = item.get("function", item)
-            name = fn.get("name") if isinstance(fn, dict) else None
-            args = fn.get("arguments", fn.get("parameters", {})) if isinstance(fn, dict) else None
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except ValueError:
-                    args = None
-            if isinstance(name, str) and isinstance(args, dict):
-                calls.append({"id": f"call_{uuid.uuid4().hex[:8]}",
-                              "function": {"index": len(calls), "name": name, "arguments": args}})
-    return calls or None

@@ -421,8 +421,7 @@ def chat_completion(meta: ResponseMeta, final: Final, logprobs: list[dict[str, A
     message: dict[str, Any] = {"role": "assistant", "content": final.text}
     if final.thinking:
         message["reasoning"] = final.thinking
-    if final.tool_calls:
-        message["content"] = ""
+    if final.tool_calls:  # the text before the calls stays the content, as in Ollama
         message["tool_calls"] = tool_calls(final.tool_calls)
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish_reason(final)}
     if logprobs is not None:

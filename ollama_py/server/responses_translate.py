@@ -265,7 +265,9 @@ def _function_items(response_id: str, final: Final) -> list[dict[str, Any]]:
 def response(response_id: str, item_id: str, model: str, echo: dict[str, Any], final: Final) -> dict[str, Any]:
     """stream: false -> the whole response."""
     output = [_reasoning_item(f"rs_{response_id}", final.thinking)] if final.thinking else []
-    output += _function_items(response_id, final) if final.tool_calls else [_message_item(item_id, final.text)]
+    if final.text or not final.tool_calls:  # the text before the calls is a message item ahead of them
+        output.append(_message_item(item_id, final.text))
+    output += _function_items(response_id, final)
     return response_object(response_id, model, echo, "completed", output, final)
 
 
@@ -335,6 +337,17 @@ class ResponseStream:
     def finish(self, final: Final) -> Iterator[Event]:
         yield from self._start()
         yield from self._finish_thinking()
+        if self._text is not None:  # the text (before any calls) first
+            item = _message_item(self.item_id, self._text)
+            yield self._event("response.output_text.done", {
+                "item_id": self.item_id, "output_index": self._index, "content_index": 0, "text": self._text,
+                "logprobs": []})
+            yield self._event("response.content_part.done", {
+                "item_id": self.item_id, "output_index": self._index, "content_index": 0,
+                "part": _text_part(self._text)})
+            yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
+            self._done_items.append(item)
+            self._index += 1
         if final.tool_calls:
             for item in _function_items(self.response_id, final):
                 yield self._event("response.output_item.added", {
@@ -347,15 +360,5 @@ class ResponseStream:
                 yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
                 self._done_items.append(item)
                 self._index += 1
-        elif self._text is not None:
-            item = _message_item(self.item_id, self._text)
-            yield self._event("response.output_text.done", {
-                "item_id": self.item_id, "output_index": self._index, "content_index": 0, "text": self._text,
-                "logprobs": []})
-            yield self._event("response.content_part.done", {
-                "item_id": self.item_id, "output_index": self._index, "content_index": 0,
-                "part": _text_part(self._text)})
-            yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
-            self._done_items.append(item)
         yield self._event("response.completed", {"response": response_object(
             self.response_id, self.model, self.echo, "completed", self._done_items, final)})

@@ -48,4 +48,4 @@ async def messages(request: web.Request) -> web.StreamResponse:
         return web.json_response(ant.message(msg_id, raw_name, items[-1]))
 
     stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens)
-    return await sse(request, content_blocks(events, stream, hold_text=bool(params.tools)), done_marker=False)
+    return await sse(request, content_blocks(events, stream), done_marker=False)

@@ -17,7 +17,6 @@ from ollama_py.server.completion import CompletionRequest, Delta, Final, run_com
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
-from ollama_py.server.rendering import parse_off_loop
 from ollama_py.server.requests import check_images, field, read_json, requested_model
 from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
 
@@ -116,7 +115,6 @@ async def generate(request: web.Request) -> web.StreamResponse:
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
     if template:
-        await parse_off_loop(template)  # a template that does not parse is a 400, as in Ollama
         model = dataclasses.replace(model, template=template)
     if "embedding" in model.capabilities and "completion" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support generate')
@@ -272,22 +270,13 @@ async def chat(request: web.Request) -> web.StreamResponse:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
                 probs = ev.probs if top is not None else None
-                if tools:
-                    if probs:  # the text waits for the end; its tokens' log-probabilities do not (Ollama)
-                        yield chunk("", probs=probs)
-                    continue  # tool calls are parsed from the whole answer; sent with the final chunk
-                yield chunk(ev.text, ev.thinking, probs=probs)
+                out = chunk(ev.text, ev.thinking, probs=probs)
+                if ev.tool_calls:  # with tools only what may be a call waits; a call goes out once complete
+                    out["message"]["tool_calls"] = ev.tool_calls
+                yield out
             else:
-                message: dict[str, Any] = {"role": "assistant", "content": ""}
-                if tools:
-                    if ev.thinking:
-                        message["thinking"] = ev.thinking
-                    if ev.tool_calls:
-                        message["tool_calls"] = ev.tool_calls
-                    else:
-                        message["content"] = ev.text
-                yield {"model": raw_name, "created_at": now_rfc3339(), "message": message, "done": True,
-                       "done_reason": ev.done_reason, **_metrics(ev)}
+                yield {"model": raw_name, "created_at": now_rfc3339(), "message": {"role": "assistant", "content": ""},
+                       "done": True, "done_reason": ev.done_reason, **_metrics(ev)}
 
     return await _reply(request, body, events(), req.lane)
 

@@ -72,28 +72,19 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return web.json_response(oai.chat_completion(meta, final, probs))
 
     async def chunks() -> AsyncIterator[dict[str, Any]]:
-        held: list[dict[str, Any]] = []  # with tools the text is only known to be text at the end
         async with contextlib.aclosing(events):
             async for ev in events:
                 if isinstance(ev, Delta):
                     probs = oai.chat_logprobs(ev.probs or [], top) if top is not None else None
-                    if params.tools:
-                        held.extend(probs or [])
-                        if ev.thinking:  # thoughts are never tool calls: they need not wait
-                            yield oai.chat_chunk(meta, {"content": "", "reasoning": ev.thinking})
-                        continue
-                    delta = {"content": ev.text, "reasoning": ev.thinking} if ev.thinking else {"content": ev.text}
+                    delta: dict[str, Any] = {"content": ev.text}
+                    if ev.thinking:
+                        delta["reasoning"] = ev.thinking
+                    if ev.tool_calls:  # with tools only what may be a call waits; a call goes out once complete
+                        delta["tool_calls"] = oai.tool_calls(ev.tool_calls)
                     yield oai.chat_chunk(meta, delta, None, probs)
                     continue
                 final: Final = ev
-                held_probs = held if top is not None and params.tools else None
-                if final.tool_calls:
-                    yield oai.chat_chunk(meta, {"content": "", "tool_calls": oai.tool_calls(final.tool_calls)},
-                                         oai.finish_reason(final), held_probs)
-                elif params.tools:
-                    yield oai.chat_chunk(meta, {"content": final.text}, oai.finish_reason(final), held_probs)
-                else:
-                    yield oai.chat_chunk(meta, {"content": ""}, oai.finish_reason(final))
+                yield oai.chat_chunk(meta, {"content": ""}, oai.finish_reason(final))
                 if params.include_usage:
                     yield oai.usage_chunk(meta, final)
 
@@ -117,7 +108,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         return web.json_response(rt.response(response_id, item_id, raw_name, params.echo, items[-1]))
 
     stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo)
-    return await sse(request, content_blocks(events, stream, hold_text=bool(params.tools)), done_marker=False)
+    return await sse(request, content_blocks(events, stream), done_marker=False)
 
 
 @routes.post("/v1/completions")

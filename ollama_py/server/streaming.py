@@ -230,22 +230,18 @@ async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: 
                                  lane=lane)
 
 
-async def content_blocks(events: AsyncIterator[Any], blocks: Any, *, hold_text: bool) -> AsyncIterator[Any]:
+async def content_blocks(events: AsyncIterator[Any], blocks: Any) -> AsyncIterator[Any]:
     """Deltas and the Final of one completion as a block translator's events (Anthropic's MessageStream, the
-    Responses API's ResponseStream: `thinking`, `text`, `finish`). Thoughts and text go out as they come; with
-    tools (`hold_text`) the text waits for the end, where it is known not to be a tool call."""
+    Responses API's ResponseStream: `thinking`, `text`, `finish`). Thoughts and text go out as they come (with
+    tools, completion holds back only what may be a call); the calls are blocks of their own at the finish."""
     async with contextlib.aclosing(events):
         async for ev in events:
             if isinstance(ev, Delta):
                 for out in blocks.thinking(ev.thinking):
                     yield out
-                if not hold_text:
-                    for out in blocks.text(ev.text):
-                        yield out
-                continue
-            if hold_text and not ev.tool_calls:
                 for out in blocks.text(ev.text):
                     yield out
+                continue
             for out in blocks.finish(ev):
                 yield out
 

@@ -15,6 +15,8 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_TOKEN_DELAY=F         seconds before each generated token (default 0)
   FAKE_TOKENS=N              words the "model" says before its EOS token (default 8)
   FAKE_REPLY=TEXT            say TEXT (split like the tokenizer) instead of the default sentence
+  FAKE_REPLY_SPLIT=SEP       split FAKE_REPLY at each SEP instead (SEP dropped): one token per part, so a test can
+                             put a token boundary inside a word or a tag ("<tool|s are fun")
   FAKE_LOG_FILE=PATH         append each POSTed JSON request body as one line (exactly as received)
   FAKE_MODEL_MIB / FAKE_KV_MIB / FAKE_COMPUTE_MIB / FAKE_DEVICE   buffer sizes and device in the start-up log
   FAKE_EMBEDDING_DIM=N       embedding width (default 16)
@@ -178,6 +180,7 @@ class Behaviour:
     token_delay: float = 0.0
     tokens: int = 8
     reply: str = ""
+    reply_split: str = ""
     log_file: str = ""
     model_mib: float = 98.0
     kv_mib: float = 45.0
@@ -192,7 +195,8 @@ class Behaviour:
             exit_code=_env_int("FAKE_EXIT_CODE", 1), crash_after_tokens=_env_int("FAKE_CRASH_AFTER_TOKENS", 0),
             ignore_sigterm=os.environ.get("FAKE_IGNORE_SIGTERM", "") not in ("", "0"),
             token_delay=_env_float("FAKE_TOKEN_DELAY", 0.0), tokens=_env_int("FAKE_TOKENS", 8),
-            reply=os.environ.get("FAKE_REPLY", ""), log_file=os.environ.get("FAKE_LOG_FILE", ""),
+            reply=os.environ.get("FAKE_REPLY", ""), reply_split=os.environ.get("FAKE_REPLY_SPLIT", ""),
+            log_file=os.environ.get("FAKE_LOG_FILE", ""),
             model_mib=_env_float("FAKE_MODEL_MIB", 98.0), kv_mib=_env_float("FAKE_KV_MIB", 45.0),
             compute_mib=_env_float("FAKE_COMPUTE_MIB", 52.0), device=os.environ.get("FAKE_DEVICE", "") or "CPU",
             embedding_dim=_env_int("FAKE_EMBEDDING_DIM", 16),
@@ -449,7 +453,8 @@ class FakeServer:
     def reply_piece(self, i: int) -> str | None:
         """The i-th generated piece, or None where the model samples EOS."""
         if self.behaviour.reply:
-            pieces = _PIECE.findall(self.behaviour.reply)
+            split = self.behaviour.reply_split
+            pieces = self.behaviour.reply.split(split) if split else _PIECE.findall(self.behaviour.reply)
             return pieces[i] if i < len(pieces) else None
         return generated_piece(i, GENERATED_SENTENCE.split()) if i < self.behaviour.tokens else None
 

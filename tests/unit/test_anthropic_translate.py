@@ -98,10 +98,20 @@ def test_message_object() -> None:
         "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn", "stop_sequence": None,
         "usage": {"input_tokens": 12, "output_tokens": 5},
     }
-    with_tool = ant.message("msg_1", "m", final(tool_calls=[CALL]))
+    with_tool = ant.message("msg_1", "m", final(text="", tool_calls=[CALL]))
     assert with_tool["content"] == [{"type": "tool_use", "id": "call_ab", "name": "get_weather",
                                      "input": {"city": "Paris"}}]
     assert with_tool["stop_reason"] == "tool_use"
+
+
+def test_message_keeps_the_text_before_a_tool_call_as_a_text_block() -> None:
+    out = ant.message("msg_1", "m", final(text="Sure, let me check. ", tool_calls=[CALL]))
+    assert [(b["type"], b.get("text") or b.get("name")) for b in out["content"]] == [
+        ("text", "Sure, let me check. "), ("tool_use", "get_weather")]
+    s = ant.MessageStream("msg_1", "m", input_tokens=3)
+    events = s.text("Sure, let me check. ") + s.finish(final(text="Sure, let me check. ", tool_calls=[CALL]))
+    starts = [d["content_block"]["type"] for n, d in events if n == "content_block_start"]
+    assert starts == ["text", "tool_use"]
 
 
 def test_stream_events_for_text() -> None:

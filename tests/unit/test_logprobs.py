@@ -223,3 +223,13 @@ async def test_ollama_python_logprobs_examples_run(client, example, heading):
     assert tokens[0] == "  token='The'        logprob=-0.100"
     assert len(tokens) == 9  # eight words and the end of the text
     assert sum(line.startswith("    alt -> ' alt") for line in printed) == 2 * 9
+
+
+async def test_the_openai_route_keeps_its_own_shape(client):
+    """/v1/chat/completions reads the same runner answer through the same converter, in OpenAI's shape: `bytes`
+    and `top_logprobs` always there, even when no alternatives were asked for."""
+    r = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True, "max_tokens": 2})
+    content = (await r.json())["choices"][0]["logprobs"]["content"]
+    assert [(e["token"], e["bytes"], e["top_logprobs"]) for e in content] == [
+        ("The", list(b"The"), []), (" quick", list(b" quick"), [])]
+    assert [e["logprob"] for e in content] == pytest.approx([-0.1, -0.15])

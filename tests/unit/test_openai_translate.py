@@ -172,13 +172,20 @@ def test_chat_completion_object() -> None:
 
 
 def test_chat_completion_tool_calls_carry_arguments_as_json_strings() -> None:
-    body = oai.chat_completion(META, final(text='{"name": "get_weather"}', tool_calls=[CALL]), None)
+    body = oai.chat_completion(META, final(text="", tool_calls=[CALL]), None)
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["content"] == ""
     assert choice["message"]["tool_calls"] == [{"id": "call_ab", "index": 0, "type": "function",
                                                 "function": {"name": "get_weather",
                                                              "arguments": '{"city": "Paris"}'}}]
+
+
+def test_chat_completion_keeps_the_text_before_a_tool_call() -> None:
+    body = oai.chat_completion(META, final(text="Sure, let me check. ", tool_calls=[CALL]), None)
+    message = body["choices"][0]["message"]
+    assert message["content"] == "Sure, let me check. "
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
 
 
 def test_chunk_and_usage_chunk_shapes() -> None:

@@ -108,11 +108,23 @@ def test_a_whole_response_has_the_message_and_the_usage():
 
 def test_a_whole_response_with_thinking_and_a_tool_call():
     calls = [{"id": "call_9", "function": {"name": "f", "arguments": {"a": 1}}}]
-    out = rt.response("resp_1", "msg_1", "m", ECHO, final(thinking="Hmm.", tool_calls=calls))
+    out = rt.response("resp_1", "msg_1", "m", ECHO, final(text="", thinking="Hmm.", tool_calls=calls))
     assert [o["type"] for o in out["output"]] == ["reasoning", "function_call"]
     assert out["output"][0]["summary"] == [{"type": "summary_text", "text": "Hmm."}]
     assert (out["output"][1]["call_id"], out["output"][1]["arguments"]) == ("call_9", '{"a": 1}')
 
+
+
+def test_the_text_before_a_tool_call_is_a_message_item_ahead_of_it():
+    calls = [{"id": "call_9", "function": {"name": "f", "arguments": {"a": 1}}}]
+    out = rt.response("resp_1", "msg_1", "m", ECHO, final(text="Let me check. ", tool_calls=calls))
+    assert [o["type"] for o in out["output"]] == ["message", "function_call"]
+    assert out["output"][0]["content"][0]["text"] == "Let me check. "
+    s = rt.ResponseStream("resp_1", "msg_1", "m", ECHO)
+    events = [*s.text("Let me check. "), *s.finish(final(text="Let me check. ", tool_calls=calls))]
+    done = [d["item"]["type"] for k, d in events if k == "response.output_item.done"]
+    assert done == ["message", "function_call"]
+    assert [o["type"] for o in events[-1][1]["response"]["output"]] == ["message", "function_call"]
 
 def test_the_stream_of_events():
     s = rt.ResponseStream("resp_1", "msg_1", "m", ECHO)

@@ -1,0 +1,305 @@
+"""Tool calls in a model's answer: the tag a template opens them with, and splitting a streamed answer into the
+text to show now and the calls it makes.
+
+Ollama's rules (tools/tools.go), which the parser follows:
+  * A call is JSON naming one of the request's tools: {"name": ..., "arguments": {...}} (or "parameters", or
+    wrapped in {"function": ...}), or a list of those. A name the request did not declare is not a call: the JSON
+    is text.
+  * A tagged call (the template's tag, e.g. `<tool_call>`, `[TOOL_CALLS]`) may come anywhere in the answer; the
+    text before it is content. A bare JSON call only counts where the answer (or the part after an earlier call)
+    starts with `{` or `[`.
+  * Only what may still become a call is held back: the end of the text while it could be the start of the tag,
+    a JSON value until it is complete. The moment it cannot be a call any more it is released as text.
+Without a template to ask (a GGUF's own chat template) the tag is `<tool_call>`, the most common one.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ollama_py.errors import OllamaError
+from ollama_py.template.prompt import render_prompt
+
+DEFAULT_TAG = "<tool_call>"
+JSON_TAG = "{"  # the template writes the call's JSON with nothing before it
+_PROBE_NAME = "zz_probe_tool_zz"
+_PROBE_TEXT = "zz_probe_text_zz"
+
+
+@functools.lru_cache(maxsize=64)
+def infer_tool_tag(template: str | None) -> str:
+    """The text the template writes before a past tool call's JSON that it does not write before a past answer's
+    text ("<tool_call>", "[TOOL_CALLS]"); JSON_TAG when the JSON comes first; DEFAULT_TAG without a template (or
+    one that does not render calls)."""
+    if not template:
+        return DEFAULT_TAG
+    tools = [{"type": "function", "function": {"name": _PROBE_NAME, "description": "",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    ask, after = {"role": "user", "content": "q"}, {"role": "user", "content": "r"}
+    try:
+        with_call = render_prompt(template, tools=tools, messages=[
+            ask, {"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": _PROBE_NAME, "arguments": {}}}]}, after])
+        with_text = render_prompt(template, tools=tools, messages=[
+            ask, {"role": "assistant", "content": _PROBE_TEXT}, after])
+    except (OllamaError, ValueError, TypeError):  # a template that cannot render this conversation: no better guess than the default
+        return DEFAULT_TAG
+    text_at = with_text.rfind(_PROBE_TEXT)
+    common = 0  # where the two renderings part: the start of the assistant's turn's own text
+    for a, b in zip(with_call, with_text[:text_at]):
+        if a != b:
+            break
+        common += 1
+    at = with_call.find(_PROBE_NAME, common)
+    start = with_call.rfind("{", common, at)  # the call's JSON object (a name outside JSON is not our format)
+    if at < 0 or text_at < 0 or start < 0:
+        return DEFAULT_TAG
+    tag = with_call[common:start].strip().rstrip("[").strip()
+    return tag or JSON_TAG
+
+
+def _closing(tag: str) -> str:
+    """`<tool_call>` -> `</tool_call>`, `<|tool_call|>` -> `<|/tool_call|>`; tags of another shape have no
+    closing tag to drop."""
+    for left, right in (("<|", "|>"), ("<", ">")):
+        if tag.startswith(left) and tag.endswith(right) and len(tag) > len(left) + len(right):
+            inner = tag[len(left):-len(right)]
+            return "" if inner.startswith("/") else f"{left}/{inner}{right}"
+    return ""
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest end of `text` that is a proper beginning of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class _JsonEnd:
+    """Finds where the JSON value at the start of a growing text ends, looking at each character once."""
+
+    def __init__(self) -> None:
+        self.pos = 0
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+
+    def scan(self, text: str) -> int:
+        """The end of the value in `text` (the text so far, always from the value's first character), or -1."""
+        i = self.pos
+        while i < len(text):
+            c = text[i]
+            i += 1
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == "\\":
+                    self.escaped = True
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth <= 0:
+                    self.pos = i
+                    return i
+        self.pos = i
+        return -1
+
+
+class _State(enum.Enum):
+    TEXT = 0  # looking for the tag (or, at a start, a JSON value)
+    CALL = 1  # inside a possible call: waiting for its JSON value to end
+    AFTER = 2  # just past a call: dropping whitespace and the closing tag
+
+
+class ToolCallParser:
+    """Feed streamed text with add(); each call returns (text that is certain to be text, finished calls) in
+    Ollama's message.tool_calls shape ({"id", "function": {"index", "name", "arguments"}}). finish() at the end
+    returns what was still held back."""
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]], tag: str = DEFAULT_TAG) -> None:
+        self.names = {t["function"]["name"] for t in tools
+                      if isinstance(t.get("function"), Mapping) and isinstance(t["function"].get("name"), str)}
+        self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
+        self.closing = _closing(self.tag)
+        self._state = _State.TEXT
+        self._at_start = True  # nothing but whitespace since the start or the last call
+        self._held = ""
+        self._opening = ""  # the tag (with what followed it) that opened the possible call, text if it is none
+        self._scan = _JsonEnd()
+        self._checked = False
+        self._count = 0
+
+    def add(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+        out: list[str] = []
+        calls: list[dict[str, Any]] = []
+        buf, self._held = self._held + text, ""
+        while buf:
+            if self._state is _State.TEXT:
+                buf = self._text(buf, out)
+            elif self._state is _State.CALL:
+                buf = self._call(buf, out, calls)
+            else:
+                buf = self._after(buf)
+        return "".join(out), calls
+
+    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+        """The end of the answer: a partial tag, an unfinished call or whitespace alone are text after all
+        (a JSON value that was complete enough to parse still becomes a call); a partial closing tag is dropped."""
+        held, self._held = self._held, ""
+        state, self._state = self._state, _State.TEXT
+        if state is _State.AFTER:
+            return "", []
+        if state is _State.CALL:
+            calls = self._calls(held.strip().removesuffix("```").strip())
+            if calls:
+                return "", calls
+            return self._opening + held, []
+        return held, []
+
+    # -- states -------------------------------------------------------------------------------------------------
+
+    def _text(self, buf: str, out: list[str]) -> str:
+        if self._at_start:
+            body = buf.lstrip()
+            if not body:  # whitespace alone: shown before text, dropped before a call
+                self._held = buf
+                return ""
+            if self.tag and body.startswith(self.tag):
+                self._open(self.tag)
+                return body[len(self.tag):]
+            if self.tag.startswith(body) or "```".startswith(body):  # perhaps the tag or a fence: wait and see
+                self._held = buf
+                return ""
+            if body[0] in "{[" or body.startswith("```"):  # bare JSON, perhaps in a ```json fence
+                self._open("")
+                return body
+            self._at_start = False
+        at = buf.find(self.tag) if self.tag else -1
+        if at >= 0:
+            out.append(buf[:at])
+            self._open(self.tag)
+            return buf[at + len(self.tag):]
+        keep = _partial_suffix(buf, self.tag) if self.tag else 0
+        out.append(buf[: len(buf) - keep])
+        self._held = buf[len(buf) - keep:]
+        return ""
+
+    def _open(self, tag: str) -> None:
+        self._state = _State.CALL
+        self._opening = tag
+        self._scan = _JsonEnd()
+        self._checked = False
+
+    def _call(self, buf: str, out: list[str], calls: list[dict[str, Any]]) -> str:
+        """`buf`: everything since the tag (or the JSON's first character)."""
+        if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
+            body = buf.lstrip()
+            if body.startswith("```"):
+                fence_end = body.find("\n")
+                if fence_end < 0:
+                    self._held = buf
+                    return ""
+                body = body[fence_end + 1:].lstrip()
+            if not body or (body[0] not in "{[" and "```".startswith(body)):
+                self._held = buf
+                return ""
+            self._opening += buf[: len(buf) - len(body)]
+            buf = body
+            if buf[0] not in "{[":  # the tag, but no JSON after it: text
+                return self._not_a_call(buf, out)
+        if not self._checked:  # a call is {"... or [{...: anything else is text at once
+            second = buf[1:].lstrip()[:1]
+            if second:
+                self._checked = True
+                if second != ('"' if buf[0] == "{" else "{"):
+                    return self._not_a_call(buf, out)
+        end = self._scan.scan(buf)
+        if end < 0:
+            self._held = buf
+            return ""
+        found = self._calls(buf[:end])
+        if not found:
+            return self._not_a_call(buf, out, end)
+        calls.extend(found)
+        self._state, self._at_start = _State.AFTER, True
+        return buf[end:]
+
+    def _not_a_call(self, buf: str, out: list[str], end: int = 1) -> str:
+        """What looked like a call is text: the tag and the value (or its first character) go out, and the
+        search goes on after them."""
+        out.append(self._opening + buf[:end])
+        self._state, self._at_start, self._opening = _State.TEXT, False, ""
+        return buf[end:]
+
+    def _after(self, buf: str) -> str:
+        body = buf.lstrip().removeprefix("```").lstrip()
+        if not body:
+            self._held = buf
+            return ""
+        if self.closing:
+            if body.startswith(self.closing):
+                body = body[len(self.closing):]
+            elif self.closing.startswith(body):
+                self._held = buf
+                return ""
+        self._state = _State.TEXT
+        return body
+
+    # -- values ---------------------------------------------------------------------------------------------------
+
+    def _calls(self, raw: str) -> list[dict[str, Any]]:
+        """The calls a complete JSON value makes, or none when any part of it is not a call to a declared tool."""
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return []
+        items = value if isinstance(value, list) else [value]
+        calls = []
+        for item in items:
+            call = self._call_of(item)
+            if call is None:
+                return []
+            calls.append(call)
+        if not calls:
+            return []
+        for call in calls:
+            call["function"]["index"] = self._count
+            self._count += 1
+        return calls
+
+    def _call_of(self, item: Any) -> dict[str, Any] | None:
+        if not isinstance(item, dict):
+            return None
+        fn = item.get("function", item)
+        if not isinstance(fn, dict):
+            return None
+        name = fn.get("name", fn.get("tool_name"))  # tool_name: command-r's Action list
+        args = fn.get("arguments", fn.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return None
+        if not isinstance(name, str) or name not in self.names or not isinstance(args, dict):
+            return None
+        return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
+
+
+def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]], tag: str = DEFAULT_TAG
+                     ) -> tuple[str, list[dict[str, Any]]]:
+    """A whole answer at once: (its text, its calls)."""
+    parser = ToolCallParser(tools, tag)
+    text_now, calls = parser.add(text)
+    text_end, more = parser.finish()
+    return text_now + text_end, calls + more
