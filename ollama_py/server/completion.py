@@ -20,6 +20,7 @@ from ollama_py.runner import sse
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import current_stats
+from ollama_py.server.rendering import render_off_loop
 from ollama_py.template.thinking import ThinkingParser, infer_tags
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
 
@@ -126,10 +127,8 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         if images and prompt.count(MEDIA_MARKER) < len(images):
             prompt = MEDIA_MARKER * (len(images) - prompt.count(MEDIA_MARKER)) + prompt
     elif req.model.template:
-        from ollama_py.template.prompt import render_prompt
-
-        prompt = render_prompt(req.model.template, messages=messages, tools=req.tools, system=None,
-                               suffix=req.suffix, think=req.think)
+        prompt = await render_off_loop(req.model.template, messages=messages, tools=req.tools, suffix=req.suffix,
+                                       think=req.think)
     else:
         body: dict[str, Any] = {"messages": [_oai_message(m) for m in messages]}
         if req.tools:

@@ -17,6 +17,7 @@ from ollama_py.server.completion import CompletionRequest, Delta, Final, run_com
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
+from ollama_py.server.rendering import parse_off_loop
 from ollama_py.server.requests import check_images, field, read_json, requested_model
 from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
 
@@ -115,6 +116,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
     if template:
+        await parse_off_loop(template)  # a template that does not parse is a 400, as in Ollama
         model = dataclasses.replace(model, template=template)
     if "embedding" in model.capabilities and "completion" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support generate')
