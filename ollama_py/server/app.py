@@ -22,6 +22,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server)."""
     from ollama_py.server import openapi, routes_models, routes_native, routes_openai, routes_transfer
     from ollama_py.server.metrics import Metrics, metrics_routes
+    from ollama_py.store.lock import StoreLock
     from ollama_py.store.models import ModelStore
 
     # The access log is outermost: it sees the status the error middleware picked, and whole streams.
@@ -63,6 +64,16 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
         if sched is not None:
             await sched.shutdown()
 
+    async def hold_store(app: web.Application) -> AsyncIterator[None]:
+        # One serve per store (store/lock.py), taken before the prune below and kept until the runners stop.
+        lock = StoreLock(settings.models)
+        await asyncio.to_thread(lock.acquire)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    app.cleanup_ctx.append(hold_store)  # startup in order, cleanup in reverse: the lock outlives `lifecycle`
     app.cleanup_ctx.append(lifecycle)
     app.on_shutdown.append(stop_runners)
     return app

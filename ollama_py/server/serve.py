@@ -14,6 +14,7 @@ from ollama_py import __version__, timeslice
 from ollama_py.config import Settings
 from ollama_py.server.app import create_app
 from ollama_py.server.keys import SCHEDULER
+from ollama_py.store.lock import StoreLocked
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,11 @@ def run_server(settings: Settings) -> None:
     timeslice.relay_slices()
     # Blocking work (hashing a blob, reading a GGUF) runs in threads that have no business with short slices.
     loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="ollama-py", initializer=timeslice.default_slice))
-    web.run_app(app, sock=sock, print=None, access_log=None, shutdown_timeout=5.0,
-                handler_cancellation=True, loop=loop)
+    try:
+        web.run_app(app, sock=sock, print=None, access_log=None, shutdown_timeout=5.0,
+                    handler_cancellation=True, loop=loop)
+    except StoreLocked as e:  # another serve holds OLLAMA_MODELS (store/lock.py): one line, no traceback
+        raise SystemExit(f"Error: {e}") from None
 
 
 async def start_background(settings: Settings) -> web.AppRunner:

@@ -6,6 +6,7 @@
     models.py      Model, ModelStore: load / list / copy / delete / prune
     create.py      create_model: /api/create as progress objects
     quantize.py    quantize with llama.cpp's llama-quantize
+    lock.py        StoreLock: one serve per store (an flock held for serve's life)
 
 Plain blocking code: no event loop in here; the server calls it through asyncio.to_thread.
 """
