@@ -50,8 +50,8 @@ OPTION_TYPES: Mapping[str, type] = MappingProxyType(
         "use_mmap": bool,
         "num_thread": int,
         "draft_num_predict": int,
-        # ours, not Ollama's: llama.cpp RPC workers ("host:port,host:port") for this model, overriding
-        # OLLAMA_RPC_SERVERS; "" means none (load locally)
+        # ours, not Ollama's: llama.cpp RPC workers ("host:port,host:port") for this model, a subset of the
+        # operator's OLLAMA_RPC_SERVERS; "" means none (load locally). A Modelfile PARAMETER only, never per request.
         "rpc_servers": str,
     }
 )
@@ -86,6 +86,13 @@ DEFAULT_OPTIONS: Mapping[str, int | float | bool | None] = MappingProxyType(
 # Options fixed when llama-server starts; a change means a reload rather than a per-request field.
 LOAD_OPTIONS: frozenset[str] = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread",
                                           "rpc_servers"})
+
+# Options a request may not set, with why. rpc_servers would let a client choose where the weights are uploaded
+# (any host:port): RPC workers are the operator's choice (OLLAMA_RPC_SERVERS, or a Modelfile within it).
+MODEL_ONLY_OPTIONS: Mapping[str, str] = MappingProxyType({
+    "rpc_servers": 'option "rpc_servers" cannot be set per request: RPC workers are chosen by the server '
+                   "(OLLAMA_RPC_SERVERS, or a Modelfile PARAMETER naming some of them)",
+})
 
 # Accepted by older Ollama releases; a Modelfile naming one still parses (with a warning) and it is ignored.
 DEPRECATED_PARAMETERS: frozenset[str] = frozenset(
@@ -142,11 +149,12 @@ _BOOL_TEXT = {
 }  # fmt: skip
 
 
-def validate_options(opts: object) -> dict[str, Any]:
+def validate_options(opts: object, *, per_request: bool = True) -> dict[str, Any]:
     """The API's `options` object checked and normalised: known names only, values of the option's type.
 
     Unknown keys are dropped (logged `invalid option provided`, as Ollama does); a null value is skipped. Ints
     are accepted for floats and whole floats for ints; a bool is never a number. `stop` may be one string.
+    A request's options (per_request) may not name MODEL_ONLY_OPTIONS; a model's parameters may.
     """
     if opts is None:
         return {}
@@ -163,6 +171,8 @@ def validate_options(opts: object) -> dict[str, Any]:
             continue
         if value is None:
             continue
+        if per_request and name in MODEL_ONLY_OPTIONS:
+            raise InvalidOption(MODEL_ONLY_OPTIONS[name])
         out[name] = _check_range(name, _coerce_json(name, kind, value))
     return out
 

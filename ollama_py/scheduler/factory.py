@@ -19,7 +19,7 @@ from ollama_py.estimate import gpus as gpu_probe
 from ollama_py.estimate import memory
 from ollama_py.runner import rpc, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
-from ollama_py.runner.process import RunnerProcess
+from ollama_py.runner.process import RunnerProcess, RunnerState
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     placement = memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
                              spread=settings.sched_spread, overhead=settings.gpu_overhead,
                              system_free=system_free)
-    rpc_servers = settings.rpc_servers
-    if options.get("rpc_servers") is not None:  # per request or Modelfile PARAMETER
-        rpc_servers = tuple(s.strip() for s in str(options["rpc_servers"]).split(",") if s.strip())
+    rpc_servers = rpc.workers_for(options.get("rpc_servers"), settings.rpc_servers)  # Modelfile PARAMETER
     n_gpu_layers = placement.n_gpu_layers
     size, size_vram = placement.size, placement.size_vram
     tensor_split = tuple(placement.tensor_split or ())
@@ -135,6 +133,8 @@ class VariantRunner(RunnerProcess):
         return self.candidates[0][0]
 
     async def ensure_ready(self) -> None:
+        if self.spec.rpc_servers and self.state == RunnerState.STOPPED and self.pid is None:
+            await self._leave_out_unreachable_workers()
         while True:
             try:
                 return await super().ensure_ready()
@@ -146,6 +146,16 @@ class VariantRunner(RunnerProcess):
                 self._bad.mark(failed, reason)
                 log.warning("runner variant %s: %s; falling back to %s", failed, reason, self.variant)
                 self.reset()
+
+    async def _leave_out_unreachable_workers(self) -> None:
+        """Before the first start: load without the RPC workers that do not answer (all gone: fail)."""
+        up, down = await rpc.reachable_async(self.spec.rpc_servers)
+        if down and not up:
+            raise RunnerLoadError(f"no RPC worker is reachable: {', '.join(down)}")
+        if down:
+            log.warning("RPC workers unreachable, loading %s without them: %s", self.name, ", ".join(down))
+            # a split planned for the workers that answered no longer applies
+            self.spec = dataclasses.replace(self.spec, rpc_servers=tuple(up), tensor_split=())
 
 
 def runner_factory(settings: Settings, env: dict[str, str] | None = None,
@@ -160,16 +170,7 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
         built = variants.built_variants(settings.runners_dir)
         order = variants.candidate_order(host, built, forced=settings.llm_library, bad=bad.load())
         candidates = [(v, built[v]) for v in order]
-        spec = plan.spec
-        if spec.rpc_servers:
-            up, down = rpc.reachable(spec.rpc_servers)
-            if down and not up:
-                raise RunnerLoadError(f"no RPC worker is reachable: {', '.join(down)}")
-            if down:
-                log.warning("RPC workers unreachable, loading %s without them: %s", name, ", ".join(down))
-            # a split planned for the workers that answered no longer applies
-            spec = dataclasses.replace(spec, rpc_servers=tuple(up), tensor_split=() if down else spec.tensor_split)
-        return VariantRunner(spec, candidates, bad, name=name, env=env, load_timeout=settings.load_timeout,
+        return VariantRunner(plan.spec, candidates, bad, name=name, env=env, load_timeout=settings.load_timeout,
                              on_exit=on_exit)
 
     return factory
@@ -197,23 +198,15 @@ def default_scheduler(settings: Settings) -> Scheduler:
             return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
         return gpu_probe.probe_system_memory().free
 
-    worker_cache: dict[tuple[str, ...], dict[str, int]] = {}
+    workers = rpc.WorkerProbe(lambda: next(iter(variants.built_variants(settings.runners_dir).values()), None))
 
-    def workers_free(servers: tuple[str, ...]) -> dict[str, int]:
-        """Free memory of the RPC workers, asked once per set of workers: a worker serves one client at a time,
-        so it cannot be asked again while a runner holds it (plans are made on every request)."""
-        if servers not in worker_cache:
-            built = variants.built_variants(settings.runners_dir)
-            up, _ = rpc.reachable(servers, 0.5)
-            binary = next(iter(built.values()), None)
-            memory = rpc.worker_memory(binary, tuple(up), timeout=5.0) if binary and up else {}
-            worker_cache[servers] = {endpoint: free for endpoint, (_, free) in memory.items()}
-        return worker_cache[servers]
+    async def plan(model: Any, options: dict[str, Any], embedding: bool) -> LoadPlan:
+        free = await workers.free(rpc.workers_for(options.get("rpc_servers"), settings.rpc_servers))
+        return plan_load(settings, gpus, system.free, model, options, embedding, lambda servers: free)
 
     scheduler = Scheduler(
         settings,
-        plan=lambda model, options, embedding: plan_load(settings, gpus, system.free, model, options, embedding,
-                                                         workers_free),
+        plan=plan,
         runner_factory=runner_factory(settings),
         free_memory=free_memory,
         gpu_count=len(gpus),

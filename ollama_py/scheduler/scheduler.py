@@ -5,7 +5,7 @@ One llama-server runner per loaded model (keyed by its weights and adapters). A 
 slots, or an error. Every waiting request counts against OLLAMA_MAX_QUEUE, including those waiting for a busy
 model's slot (Ollama bounds only the load queue: its issue #7758).
 
-Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, pure), `runner_factory`
+Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, or an awaitable of one), `runner_factory`
 (LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (plan -> bytes free where that plan puts the model:
 VRAM when it offloads to GPUs, else RAM; None skips the check).
 """
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +82,7 @@ class Scheduler:
         self,
         settings: Settings,
         *,
-        plan: Callable[[Any, dict[str, Any], bool], LoadPlan],
+        plan: Callable[[Any, dict[str, Any], bool], LoadPlan | Awaitable[LoadPlan]],
         runner_factory: Callable[[LoadPlan, str, Callable[[RunnerProcess], None]], RunnerProcess],
         free_memory: Callable[[LoadPlan], int | None] = lambda plan: None,
         gpu_count: int = 0,
@@ -155,7 +156,7 @@ class Scheduler:
     async def unload(self, model: Any) -> bool:
         """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded."""
         try:
-            keys = {self._key_of(model, False), self._key_of(model, True)}
+            keys = {await self._key_of(model, False), await self._key_of(model, True)}
         except (OSError, OllamaError):  # weights gone from disk or unreadable: the runners on the same weights
             keys = {key for key, loaded in self.loaded.items() if _same_weights(loaded.model, model)}
         found = False
@@ -186,13 +187,18 @@ class Scheduler:
             loaded.runner.kill_now()
 
     # -- internals ----------------------------------------------------------------------------------------
-    def _key_of(self, model: Any, embedding: bool) -> str:
-        return self._plan(model, {}, embedding).key
+    async def _key_of(self, model: Any, embedding: bool) -> str:
+        return (await self._make_plan(model, {}, embedding)).key
+
+    async def _make_plan(self, model: Any, options: dict[str, Any], embedding: bool) -> LoadPlan:
+        """The plan seam may be async (the real one asks RPC workers for their memory without blocking)."""
+        plan = self._plan(model, options, embedding)
+        return await plan if inspect.isawaitable(plan) else plan
 
     async def _reserve(self, model: Any, options: dict[str, Any], keep_alive: float | None,
                        embedding: bool) -> Loaded:
         """Find or start the runner for this request and take a reference on it (under the lock)."""
-        plan = self._plan(model, options, embedding)
+        plan = await self._make_plan(model, options, embedding)
         async with self._changed:
             while True:
                 loaded = self.loaded.get(plan.key)

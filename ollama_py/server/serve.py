@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import socket
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from aiohttp import web
 
 from ollama_py import __version__, timeslice
 from ollama_py.config import Settings
 from ollama_py.server.app import create_app
-from ollama_py.server.keys import SCHEDULER
+from ollama_py.server.connections import GuardedSite, raise_open_file_limit
+from ollama_py.server.keys import CONNECTIONS, SCHEDULER
 from ollama_py.store.lock import StoreLocked
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run_server(settings: Settings) -> None:
     configure_logging(settings)
+    raise_open_file_limit()  # before create_app: the connection cap's default is half of it
     app = create_app(settings)
 
     def last_resort() -> None:
@@ -63,10 +68,42 @@ def run_server(settings: Settings) -> None:
     # Blocking work (hashing a blob, reading a GGUF) runs in threads that have no business with short slices.
     loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="ollama-py", initializer=timeslice.default_slice))
     try:
-        web.run_app(app, sock=sock, print=None, access_log=None, shutdown_timeout=5.0,
-                    handler_cancellation=True, loop=loop)
+        _run_until_signal(loop, _serve(app, sock))
     except StoreLocked as e:  # another serve holds OLLAMA_MODELS (store/lock.py): one line, no traceback
         raise SystemExit(f"Error: {e}") from None
+
+
+async def _serve(app: web.Application, sock: socket.socket) -> None:
+    """web.run_app's work with our site: the connection guard stands in front of aiohttp's protocol."""
+    runner = web.AppRunner(app, handle_signals=True, access_log=None, shutdown_timeout=5.0,
+                           keepalive_timeout=75.0, handler_cancellation=True)
+    await runner.setup()
+    try:
+        await GuardedSite(runner, sock, app[CONNECTIONS]).start()
+        await asyncio.Event().wait()  # until SIGTERM/SIGINT raise GracefulExit (handle_signals)
+    finally:
+        await runner.cleanup()
+
+
+def _run_until_signal(loop: asyncio.AbstractEventLoop, main: Coroutine[Any, Any, None]) -> None:
+    task = loop.create_task(main)
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(task)
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(task)
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 async def start_background(settings: Settings) -> web.AppRunner:
@@ -74,7 +111,10 @@ async def start_background(settings: Settings) -> web.AppRunner:
     app = create_app(settings)
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host.host, settings.host.port)
-    await site.start()
+    host = settings.host.host
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, settings.host.port))
+    await GuardedSite(runner, sock, app[CONNECTIONS]).start()
     await asyncio.sleep(0)
     return runner

@@ -287,7 +287,7 @@ def _parameters(raw: object) -> dict[str, Any]:
             if parsed is not None:
                 out[key] = parsed
         else:
-            out.update(validate_options({key: value}))
+            out.update(validate_options({key: value}, per_request=False))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,7 +15,13 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import create_from_file, free_port, required_path, start_serve, stop_serve
+from tests.conftest import (
+    create_from_file,
+    free_port,
+    required_path,
+    start_serve,
+    stop_serve,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +101,7 @@ def test_worker_lost_mid_generation_errors_then_recovers(rpc_setup):
     assert again.status_code == 200 and again.json()["response"]
 
 
-def test_per_request_override_of_the_workers(rpc_setup):
+def test_a_modelfile_picks_among_the_operators_workers_and_a_request_cannot(rpc_setup):
     url, proc, _, ports = rpc_setup
 
     def runner_cmd():
@@ -102,15 +109,28 @@ def test_per_request_override_of_the_workers(rpc_setup):
                    if "llama-server" in " ".join(p.cmdline())]
         return runners[0].cmdline() if runners else []
 
-    local = requests.post(url + "/api/generate", timeout=300, json={
-        "model": "smollm2:135m", **PROMPT, "options": {**PROMPT["options"], "rpc_servers": ""}}).json()
+    def create(name: str, servers: str) -> None:
+        r = requests.post(url + "/api/create", timeout=300, json={
+            "model": name, "from": "smollm2:135m", "parameters": {"rpc_servers": servers}, "stream": False})
+        assert r.status_code == 200, r.text
+
+    create("local-only", "")
+    local = requests.post(url + "/api/generate", timeout=300, json={"model": "local-only", **PROMPT}).json()
     assert local["response"]
     assert "--rpc" not in runner_cmd()  # "" means: load on this machine only
-    one = requests.post(url + "/api/generate", timeout=300, json={
-        "model": "smollm2:135m", **PROMPT, "options": {**PROMPT["options"], "rpc_servers": f"127.0.0.1:{ports[0]}"}})
+    create("one-worker", f"127.0.0.1:{ports[0]}")
+    one = requests.post(url + "/api/generate", timeout=300, json={"model": "one-worker", **PROMPT})
     assert one.status_code == 200
     cmd = runner_cmd()
     assert cmd[cmd.index("--rpc") + 1] == f"127.0.0.1:{ports[0]}"
+    # a worker the operator did not list: refused, from a Modelfile and per request alike
+    outside = f"127.0.0.1:{free_port()}"
+    create("elsewhere", outside)
+    r = requests.post(url + "/api/generate", timeout=300, json={"model": "elsewhere", **PROMPT})
+    assert r.status_code == 400 and outside in r.json()["error"]
+    r = requests.post(url + "/api/generate", timeout=300, json={
+        "model": "smollm2:135m", **PROMPT, "options": {**PROMPT["options"], "rpc_servers": f"127.0.0.1:{ports[0]}"}})
+    assert r.status_code == 400 and "rpc_servers" in r.json()["error"]
 
 
 def test_a_workers_memory_is_read_for_the_plan(rpc_setup):
@@ -122,7 +142,7 @@ def test_a_workers_memory_is_read_for_the_plan(rpc_setup):
     worker = start_worker(port, env)  # a worker no runner holds (one serves a single client at a time)
     try:
         binary = Path(env["OLLAMA_RUNNERS_DIR"]) / "cpu_avx2" / "llama-server"
-        memory = worker_memory(binary, (f"127.0.0.1:{port}",))
+        memory = asyncio.run(worker_memory(binary, (f"127.0.0.1:{port}",)))
         assert set(memory) == {f"127.0.0.1:{port}"}
         total, free = memory[f"127.0.0.1:{port}"]
         assert 0 < free <= total
@@ -149,7 +169,7 @@ def test_a_worker_reports_its_memory_cap(capped_workers):
     from ollama_py.runner.rpc import worker_memory
 
     binary = Path(os.environ.get("OLLAMA_PY_TEST_RUNNER", "runners/cpu_avx2/llama-server"))
-    memory = worker_memory(binary, tuple(capped_workers))
+    memory = asyncio.run(worker_memory(binary, tuple(capped_workers)))
     assert memory == {capped_workers[0]: (30 << 20, 30 << 20), capped_workers[1]: (300 << 20, 300 << 20)}
 
 
