@@ -184,6 +184,8 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     rpc_servers: tuple[str, ...] = ()
     max_body_bytes: int = 64 * 1024 * 1024
+    max_connections: int = 0  # OLLAMA_PY_MAX_CONNECTIONS; 0: half the open-file limit, at most 16384
+    read_timeout: float = 30.0  # OLLAMA_PY_READ_TIMEOUT: a request head, or a pause in a body, may take this long
     data_dir: Path = field(default_factory=data_dir)
 
     @classmethod
@@ -206,6 +208,7 @@ class Settings:
         request_timeout = duration("OLLAMA_REQUEST_TIMEOUT", 600.0)
         if request_timeout <= 0:
             request_timeout = FOREVER
+        read_timeout = duration("OLLAMA_PY_READ_TIMEOUT", 30.0)
         fa = _var(env, "OLLAMA_FLASH_ATTENTION")
         flash = None if not fa else ("off" if fa.lower() in ("0", "false", "off", "no") else "on")
         models = _var(env, "OLLAMA_MODELS")
@@ -235,5 +238,7 @@ class Settings:
             data_dir=Path(_var(env, "OLLAMA_PY_DATA_DIR")).expanduser() if _var(env, "OLLAMA_PY_DATA_DIR")
             else data_dir(),
             rpc_servers=tuple(s.strip() for s in _var(env, "OLLAMA_RPC_SERVERS").split(",") if s.strip()),
+            max_connections=_uint(env, "OLLAMA_PY_MAX_CONNECTIONS", 0),
+            read_timeout=read_timeout if read_timeout > 0 else FOREVER,
         )
         return replace(settings, **overrides) if overrides else settings

@@ -12,6 +12,7 @@ from ollama_py.config import Settings
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server import keys
 from ollama_py.server.access_log import access_log_middleware
+from ollama_py.server.connections import ConnectionGuard, default_max_connections, open_file_limit
 from ollama_py.server.errors import error_middleware
 from ollama_py.server.security import add_cors_headers, security_middleware
 
@@ -25,10 +26,15 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     from ollama_py.store.lock import StoreLock
     from ollama_py.store.models import ModelStore
 
-    # The access log is outermost: it sees the status the error middleware picked, and whole streams.
-    app = web.Application(middlewares=[access_log_middleware, error_middleware, security_middleware(settings)],
+    guard = ConnectionGuard(settings.max_connections or default_max_connections(open_file_limit()),
+                            settings.read_timeout)
+    # The guard's marker is outermost: a connection is busy for the whole of its request. The access log comes
+    # next: it sees the status the error middleware picked, and whole streams.
+    app = web.Application(middlewares=[guard.middleware, access_log_middleware, error_middleware,
+                                       security_middleware(settings)],
                           client_max_size=settings.max_body_bytes)
     app[keys.SETTINGS] = settings
+    app[keys.CONNECTIONS] = guard
     app[keys.STORE] = ModelStore(settings.models)
     app[keys.METRICS] = Metrics()
     app.on_response_prepare.append(add_cors_headers)

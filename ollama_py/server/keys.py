@@ -10,6 +10,7 @@ from ollama_py.config import Settings
 
 if TYPE_CHECKING:
     from ollama_py.scheduler.scheduler import Scheduler
+    from ollama_py.server.connections import ConnectionGuard
     from ollama_py.server.metrics import Metrics
     from ollama_py.store.models import ModelStore
 
@@ -17,3 +18,4 @@ SETTINGS = web.AppKey("settings", Settings)
 STORE: web.AppKey["ModelStore"] = web.AppKey("store")
 SCHEDULER: web.AppKey["Scheduler"] = web.AppKey("scheduler")
 METRICS: web.AppKey["Metrics"] = web.AppKey("metrics")
+CONNECTIONS: web.AppKey["ConnectionGuard"] = web.AppKey("connections")  # used by serve's site; idle in tests
