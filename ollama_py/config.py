@@ -181,6 +181,7 @@ class Settings:
     debug: bool = False
     gpu_overhead: int = 0
     nohistory: bool = False
+    noui: bool = False  # OLLAMA_NOUI: no web console at /ui
     api_keys: tuple[str, ...] = ()
     rpc_servers: tuple[str, ...] = ()
     max_body_bytes: int = 64 * 1024 * 1024
@@ -234,6 +235,7 @@ class Settings:
             debug=_bool(env, "OLLAMA_DEBUG"),
             gpu_overhead=_uint(env, "OLLAMA_GPU_OVERHEAD", 0),
             nohistory=_bool(env, "OLLAMA_NOHISTORY"),
+            noui=_bool(env, "OLLAMA_NOUI"),
             api_keys=tuple(k.strip() for k in keys.split(",") if k.strip()),
             data_dir=Path(_var(env, "OLLAMA_PY_DATA_DIR")).expanduser() if _var(env, "OLLAMA_PY_DATA_DIR")
             else data_dir(),

@@ -5,6 +5,7 @@
 # Usage: scripts/setup_system.sh build|test
 #   build  what `make run` needs: a C++ compiler, CMake, Python's venv (+ ccache to make rebuilds fast)
 #   test   build's packages + what the tests start: Debian's docker-registry and htpasswd (push/pull tests),
+#          chromium (the web console's browser tests, driven by Playwright),
 #          the Vulkan build tools and Mesa's software Vulkan device (GPU offload tests)
 #
 # Debian/Ubuntu only (apt-get); elsewhere it checks and names what is missing. Prints nothing when all is there.
@@ -22,6 +23,7 @@ have ccache || want+=(ccache)
 if [ "$purpose" = test ]; then
   have docker-registry || [ -x /usr/bin/docker-registry ] || want+=(docker-registry)
   have htpasswd || want+=(apache2-utils)
+  have chromium || [ -x /usr/bin/chromium ] || want+=(chromium)  # the web console's browser tests
   # the vulkan runner and a software Vulkan device (Mesa's lavapipe) for the GPU offload tests
   [ -f /usr/include/vulkan/vulkan.h ] || want+=(libvulkan-dev)
   have glslc || want+=(glslc)

@@ -25,7 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ollama_py.server.keys import METRICS
+from ollama_py.server.console import is_console_path
+from ollama_py.server.keys import CONSOLE, METRICS
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,12 @@ async def access_log_middleware(request: web.Request,
                                         stats=stats, duration=duration)
             except Exception:  # metrics must never fail a request
                 log.exception("recording request metrics failed")
-        level = logging.DEBUG if request.path in _QUIET_PATHS else logging.INFO
+        console = request.app.get(CONSOLE)
+        own = is_console_path(request.path)  # the console's page and streams: not what it shows, logged at DEBUG
+        if console is not None and not own:
+            console.request_tap.record(method=request.method, path=request.path, status=status, duration=duration,
+                                       stats=stats)
+        level = logging.DEBUG if own or request.path in _QUIET_PATHS else logging.INFO
         if log.isEnabledFor(level):
             log.log(level, "%s", log_line(request, status, duration, stats))
         if log.isEnabledFor(logging.DEBUG):

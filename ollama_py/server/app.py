@@ -44,6 +44,10 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     app.add_routes(routes_openai.routes)
     app.add_routes(metrics_routes)
     app.add_routes(openapi.routes)
+    if not settings.noui:
+        from ollama_py.server.routes_ui import setup_console
+
+        setup_console(app)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         store = app[keys.STORE]

@@ -11,6 +11,7 @@ from ollama_py.config import Settings
 if TYPE_CHECKING:
     from ollama_py.scheduler.scheduler import Scheduler
     from ollama_py.server.connections import ConnectionGuard
+    from ollama_py.server.console import Console
     from ollama_py.server.metrics import Metrics
     from ollama_py.store.models import ModelStore
 
@@ -19,3 +20,4 @@ STORE: web.AppKey["ModelStore"] = web.AppKey("store")
 SCHEDULER: web.AppKey["Scheduler"] = web.AppKey("scheduler")
 METRICS: web.AppKey["Metrics"] = web.AppKey("metrics")
 CONNECTIONS: web.AppKey["ConnectionGuard"] = web.AppKey("connections")  # used by serve's site; idle in tests
+CONSOLE: web.AppKey["Console"] = web.AppKey("console")  # absent with OLLAMA_NOUI=1

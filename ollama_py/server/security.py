@@ -10,6 +10,7 @@ import socket
 from aiohttp import web
 
 from ollama_py.config import Settings
+from ollama_py.server.console import is_console_asset
 from ollama_py.server.errors import error_response
 from ollama_py.server.keys import SETTINGS
 
@@ -66,7 +67,7 @@ def security_middleware(settings: Settings):
         if request.method == "OPTIONS":
             resp: web.StreamResponse = web.Response(status=204)
         else:
-            if keys and request.path not in OPEN_PATHS:
+            if keys and request.path not in OPEN_PATHS and not is_console_asset(request.path):
                 auth = request.headers.get("Authorization", "")
                 token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get(
                     "x-api-key", "")

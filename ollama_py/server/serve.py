@@ -41,6 +41,14 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def console_url(settings: Settings) -> str:
+    """Where a browser on this machine finds the console (a wildcard bind is reached through loopback)."""
+    host = settings.host
+    name = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host.host)
+    base = f"{host.scheme}://{name}:{host.port}" if name else host.url
+    return f"{base}/ui/"
+
+
 def run_server(settings: Settings) -> None:
     configure_logging(settings)
     raise_open_file_limit()  # before create_app: the connection cap's default is half of it
@@ -63,6 +71,8 @@ def run_server(settings: Settings) -> None:
         raise SystemExit(f"Error: listen tcp {host}:{settings.host.port}: bind: {e.strerror.lower()}") from None
     log.info("Listening on %s:%d (version %s)", host, settings.host.port, __version__)
     log.info("models: %s; runners: %s", settings.models, settings.runners_dir)
+    if not settings.noui:
+        print(f"Web console: {console_url(settings)}", flush=True)
     loop = new_event_loop()
     timeslice.relay_slices()
     # Blocking work (hashing a blob, reading a GGUF) runs in threads that have no business with short slices.

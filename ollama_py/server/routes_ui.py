@@ -1,0 +1,219 @@
+"""The web console at /ui: its static page, and the few data routes the public API does not already offer.
+
+    GET  /ui, /ui/                 the page (ollama_py/ui/static/index.html)
+    GET  /ui/{file}                its scripts, styles and vendored libraries, from the package (no CDN)
+    GET  /ui/api/events            Server-Sent Events: `hello` (recent log lines, recent requests, chart series),
+                                   then `log`, `request`, `ps` (when /api/ps changes) and `series` (every 10 s)
+    GET  /ui/api/server            version, runner variants and devices, the effective settings
+    POST /ui/api/modelfile         a Modelfile's text -> the /api/create fields it stands for (line-numbered 400)
+
+Everything else the page does goes through the public API (/api/chat, /api/pull, /api/ps, ...), with the same
+Host check, CORS and OLLAMA_API_KEYS. The page and its files carry no data and are served without a key; the
+/ui/api/ routes need it like any other. Every response from /ui carries a Content-Security-Policy that allows
+only the console's own scripts, so nothing a model writes can run as script even if it escaped the sanitiser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py import __version__
+from ollama_py.errors import BadRequest, OllamaError
+from ollama_py.server.console import BUCKET_SECONDS, Console
+from ollama_py.server.keys import CONSOLE, SCHEDULER, SETTINGS
+from ollama_py.server.requests import read_json
+
+log = logging.getLogger(__name__)
+
+routes = web.RouteTableDef()
+
+STATIC_DIR = Path(str(resources.files("ollama_py.ui") / "static"))
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css",
+          ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon", ".txt": "text/plain"}
+PS_CHECK_SECONDS = 1.0
+HEARTBEAT_SECONDS = 15.0
+
+
+def _headers(content_type: str) -> dict[str, str]:
+    return {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-cache", "Content-Type": f"{content_type}; charset=utf-8"
+            if content_type.startswith("text/") else content_type}
+
+
+@routes.get("/ui")
+async def ui_redirect(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/ui/")
+
+
+@routes.get("/ui/{path:(?!api/).*}")
+async def ui_file(request: web.Request) -> web.StreamResponse:
+    rel = request.match_info["path"] or "index.html"
+    path = (STATIC_DIR / rel).resolve()
+    if STATIC_DIR.resolve() not in path.parents or not path.is_file() or path.suffix not in _TYPES:
+        raise web.HTTPNotFound()
+    return web.FileResponse(path, headers=_headers(_TYPES[path.suffix]))
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def _ps_body(request: web.Request) -> bytes:
+    from ollama_py.server.routes_native import ps
+
+    response = await ps(request)
+    body = response.body if isinstance(response, web.Response) else None
+    return body if isinstance(body, bytes) else b"{}"
+
+
+@routes.get("/ui/api/events")
+async def events(request: web.Request) -> web.StreamResponse:
+    """The console's one live stream. A viewer that falls behind loses events (bounded queue); none blocks."""
+    console: Console = request.app[CONSOLE]
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    with console.subscribers.subscribe() as queue:
+        await response.prepare(request)
+        await response.write(_sse("hello", {"logs": list(console.log_tap.lines),
+                                            "requests": list(console.request_tap.requests),
+                                            "series": console.request_tap.series(),
+                                            "bucket_seconds": BUCKET_SECONDS}))
+        last_ps = b""
+        next_ps = next_series = 0.0
+        next_beat = time.monotonic() + HEARTBEAT_SECONDS
+        while True:
+            now = time.monotonic()
+            if now >= next_ps:
+                body = await _ps_body(request)
+                if body != last_ps:
+                    last_ps = body
+                    await response.write(b"event: ps\ndata: " + body + b"\n\n")
+                next_ps = now + PS_CHECK_SECONDS
+            if now >= next_series:
+                await response.write(_sse("series", console.request_tap.series()))
+                next_series = now + BUCKET_SECONDS
+            if now >= next_beat:
+                await response.write(b": keep-alive\n\n")
+                next_beat = now + HEARTBEAT_SECONDS
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=max(next_ps - time.monotonic(), 0.05))
+            except TimeoutError:
+                continue
+            if item is None:  # the server is stopping
+                break
+            await response.write(_sse(*item))
+            next_beat = time.monotonic() + HEARTBEAT_SECONDS
+    with contextlib.suppress(ConnectionError):
+        await response.write_eof()
+    return response
+
+
+def _server_info(settings: Any) -> dict[str, Any]:
+    """Blocking probes (CPU flags, NVML, build-info files): run in a thread."""
+    from ollama_py.estimate.gpus import probe_nvidia, probe_system_memory
+    from ollama_py.runner import variants
+
+    built = variants.built_variants(settings.runners_dir)
+    runners = {name: {"path": str(binary), **variants.read_build_info(binary.parent)}
+               for name, binary in built.items()}
+    try:
+        host = variants.probe_host()
+        order = variants.candidate_order(host, built, forced=settings.llm_library,
+                                         bad=variants.BadVariants(settings.data_dir / "bad-variants.json",
+                                                                  settings.runners_dir).load())
+        problem = ""
+    except OllamaError as e:
+        order, problem = [], str(e)
+    gpus, _ = probe_nvidia(dict(os.environ))
+    memory = probe_system_memory()
+    shown = {
+        "OLLAMA_HOST": settings.host.url, "OLLAMA_MODELS": str(settings.models),
+        "OLLAMA_RUNNERS_DIR": str(settings.runners_dir), "OLLAMA_PY_DATA_DIR": str(settings.data_dir),
+        "OLLAMA_KEEP_ALIVE": settings.keep_alive, "OLLAMA_LOAD_TIMEOUT": settings.load_timeout,
+        "OLLAMA_REQUEST_TIMEOUT": settings.request_timeout, "OLLAMA_MAX_LOADED_MODELS": settings.max_loaded_models,
+        "OLLAMA_NUM_PARALLEL": settings.num_parallel, "OLLAMA_MAX_QUEUE": settings.max_queue,
+        "OLLAMA_CONTEXT_LENGTH": settings.context_length, "OLLAMA_ORIGINS": ",".join(settings.origins),
+        "OLLAMA_FLASH_ATTENTION": settings.flash_attention or "auto", "OLLAMA_KV_CACHE_TYPE": settings.kv_cache_type,
+        "OLLAMA_NOPRUNE": settings.noprune, "OLLAMA_SCHED_SPREAD": settings.sched_spread,
+        "OLLAMA_LLM_LIBRARY": settings.llm_library, "OLLAMA_DEBUG": settings.debug,
+        "OLLAMA_GPU_OVERHEAD": settings.gpu_overhead, "OLLAMA_NOHISTORY": settings.nohistory,
+        "OLLAMA_RPC_SERVERS": ",".join(settings.rpc_servers),
+        "OLLAMA_API_KEYS": f"{len(settings.api_keys)} set" if settings.api_keys else "none",
+    }
+    return {
+        "version": __version__,
+        "runner": {"variant": order[0] if order else "", "order": order, "built": runners, "problem": problem},
+        "devices": [{"name": g.name, "library": g.library, "total": g.total, "free": g.free, "compute": g.compute,
+                     "driver": g.driver} for g in gpus],
+        "memory": {"total": memory.total, "free": memory.free},
+        "settings": {k: ("forever" if v == float("inf") else v) for k, v in shown.items()},
+    }
+
+
+@routes.get("/ui/api/server")
+async def server_info(request: web.Request) -> web.Response:
+    info = await asyncio.to_thread(_server_info, request.app[SETTINGS])
+    info["loaded"] = len(request.app[SCHEDULER].loaded)
+    return web.json_response(info)
+
+
+@routes.post("/ui/api/modelfile")
+async def modelfile_fields(request: web.Request) -> web.Response:
+    """The create request a Modelfile typed in the page stands for. A browser cannot send local files, so FROM
+    must name a model this server has (or can pull); `ollama-py create -f` handles FROM ./file.gguf."""
+    from ollama_py.modelfile import parse_modelfile
+
+    body = await read_json(request)
+    text = body.get("modelfile")
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest("modelfile is required")
+    mf = parse_modelfile(text)  # a ModelfileError names the line; the error table makes it a 400
+    source = mf.from_
+    if not source:
+        raise BadRequest("no FROM line in the Modelfile")
+    if source.startswith(("/", "./", "../", "~")) or source.lower().endswith((".gguf", ".safetensors", ".bin")):
+        raise BadRequest(f"FROM {source}: the console can only build on a model name; "
+                              "for a local file use `ollama-py create NAME -f Modelfile`")
+    fields: dict[str, Any] = {"from": source}
+    optional = {"template": mf.template, "system": mf.system, "parameters": mf.parameters or None,
+                "messages": mf.messages or None, "license": mf.licenses or None, "requires": mf.requires,
+                "renderer": mf.renderer, "parser": mf.parser}
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    return web.json_response(fields)
+
+
+def setup_console(app: web.Application) -> Console:
+    """Register the console on an app: its routes, the log tap on the root logger for the app's lifetime, and
+    the end of every live stream at shutdown (so a browser left open does not hold up a stop)."""
+    console = Console()
+    app[CONSOLE] = console
+    app.add_routes(routes)
+
+    async def tap_logs(app: web.Application):  # type: ignore[no-untyped-def]
+        root = logging.getLogger()
+        if app[SETTINGS].debug:
+            console.log_tap.setLevel(logging.DEBUG)
+        root.addHandler(console.log_tap)
+        try:
+            yield
+        finally:
+            root.removeHandler(console.log_tap)
+
+    async def end_streams(app: web.Application) -> None:
+        console.subscribers.close_all()
+
+    app.cleanup_ctx.append(tap_logs)
+    app.on_shutdown.append(end_streams)
+    return console

@@ -1,0 +1,105 @@
+"""The console's chat in a real browser: streaming, stop, conversations kept across a reload, safe markdown.
+
+The fast cases run over the fake llama-server (a fixed reply, a delay per token); the first test chats with the
+real SmolLM2 through a live `ollama-py serve`, as a person would.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.ui.conftest import shoot
+
+pytestmark = pytest.mark.browser
+
+
+def open_chat(page: Any, url: str) -> None:
+    page.goto(f"{url}/ui/")
+    expect(page.locator("#chat-model option")).not_to_have_count(0)
+
+
+def send(page: Any, text: str) -> None:
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+
+
+@pytest.mark.integration
+def test_chat_with_smollm2_streams_the_answer_and_its_speed(page: Any, live_server: Any) -> None:
+    open_chat(page, live_server.url)
+    page.select_option("#chat-model", live_server.model)
+    send(page, "What is the capital of France? Answer in one sentence.")
+    answer = page.locator(".msg.assistant").last
+    expect(page.locator("#stop")).to_be_visible()  # the answer is still streaming in
+    expect(answer.locator(".content")).not_to_be_empty()
+    expect(answer.locator(".stats")).to_contain_text(re.compile(r"\d+ tokens · [\d.]+ tokens/s · first token after"))
+    expect(page.locator("#send")).to_be_visible()
+    assert answer.locator(".content").inner_text().strip()
+    shoot(page, "chat")
+
+    page.reload()  # the conversation lives in localStorage
+    expect(page.locator(".msg.user .content")).to_have_text("What is the capital of France? Answer in one sentence.")
+    expect(page.locator(".msg.assistant .stats")).to_contain_text("tokens/s")
+    expect(page.locator("#chat-list li")).to_have_count(1)
+
+
+def test_stop_ends_the_answer_mid_way(page: Any, fake_console: Any) -> None:
+    console = fake_console({"FAKE_TOKENS": "400", "FAKE_TOKEN_DELAY": "0.05"})
+    open_chat(page, console.url)
+    send(page, "tell me a long story")
+    content = page.locator(".msg.assistant .content")
+    expect(content).to_contain_text("quick brown fox")  # the first words arrived
+    page.click("#stop")
+    expect(page.locator(".msg.assistant .note")).to_have_text("stopped")
+    expect(page.locator("#send")).to_be_visible()
+    words = content.inner_text().split()
+    assert 0 < len(words) < 400  # it stopped before the model's 400 words
+    expect(page.locator(".msg.assistant .stats")).to_have_count(0)
+
+
+def test_conversations_survive_a_reload_and_new_chat_starts_empty(page: Any, fake_console: Any) -> None:
+    console = fake_console({"FAKE_REPLY": "Paris is the capital."})
+    open_chat(page, console.url)
+    send(page, "capital of France?")
+    expect(page.locator(".msg.assistant .stats")).to_contain_text("tokens/s")
+    page.click("#new-chat")
+    expect(page.locator(".msg")).to_have_count(0)
+    send(page, "second conversation")
+    expect(page.locator(".msg.assistant .stats")).to_have_count(1)
+
+    page.reload()
+    expect(page.locator("#chat-list li")).to_have_count(2)
+    expect(page.locator(".msg.user .content")).to_have_text("second conversation")
+    page.locator("#chat-list li a", has_text="capital of France?").click()
+    expect(page.locator(".msg.assistant .content")).to_have_text("Paris is the capital.")
+
+
+def test_model_output_with_html_is_shown_as_text_and_never_runs(page: Any, fake_console: Any) -> None:
+    reply = ('Look: <script>window.pwned = 1</script> <img src="x" onerror="window.pwned = 2"> '
+             '<a href="javascript:window.pwned=3">click</a> and **bold** `code`')
+    console = fake_console({"FAKE_REPLY": reply})
+    open_chat(page, console.url)
+    send(page, "say something dangerous")
+    content = page.locator(".msg.assistant .content")
+    expect(page.locator(".msg.assistant .stats")).to_be_visible()
+    expect(content.locator("strong")).to_have_text("bold")  # markdown is rendered...
+    assert content.locator("script").count() == 0  # ...but nothing that runs survives
+    assert content.locator("[onerror]").count() == 0
+    assert content.locator('a[href^="javascript"]').count() == 0
+    page.locator("#chat-list li a").first.click()  # re-render from localStorage: still inert
+    page.reload()
+    expect(content.locator("strong")).to_have_text("bold")
+    assert page.evaluate("window.pwned") is None
+    assert not page.errors
+
+
+def test_a_user_message_with_html_is_plain_text(page: Any, fake_console: Any) -> None:
+    console = fake_console()
+    open_chat(page, console.url)
+    send(page, "<img src=x onerror=\"window.pwned=1\"> <b>not bold</b>")
+    expect(page.locator(".msg.user .content")).to_have_text("<img src=x onerror=\"window.pwned=1\"> <b>not bold</b>")
+    expect(page.locator(".msg.assistant .stats")).to_be_visible()
+    assert page.evaluate("window.pwned") is None
