@@ -33,6 +33,12 @@ $(VENV)/.installed: pyproject.toml | prereqs
 	@$(PY) -m pip install --quiet -e '.[test]'
 	@touch $@
 
+# What llama.cpp's converter imports (torch, transformers, ...; pyproject's `convert` extra): only `create` from a
+# safetensors directory needs it, so `make run` goes without; the tests convert a tiny model of their own.
+$(VENV)/.installed-convert: pyproject.toml $(VENV)/.installed
+	@$(PY) -m pip install --quiet -e '.[convert]'
+	@touch $@
+
 runners: | prereqs
 	@scripts/build_runners.sh
 
@@ -44,7 +50,7 @@ install: $(VENV)/.installed runners models
 run: install
 	@PY=$(PY) scripts/demo.sh "$(PROMPT)"
 
-test: test-prereqs install
+test: test-prereqs install $(VENV)/.installed-convert
 	@PYTHON=$(PYTHON) scripts/fetch_models.sh --gemma
 	OLLAMA_PY_TEST_RUNNER=$(CURDIR)/runners/cpu_avx2/llama-server \
 	OLLAMA_PY_TEST_RUNNERS_DIR=$(CURDIR)/runners \

@@ -15,14 +15,12 @@ from typing import Any
 
 from ollama_py.cli.progress import ProgressView
 from ollama_py.client import Client, file_digest
+from ollama_py.client.model_files import gather_model_files
 from ollama_py.errors import OllamaError
 from ollama_py.modelfile import Modelfile
 
 log = logging.getLogger(__name__)
 
-# What a FROM directory contributes, in Ollama's order of preference: GGUF files, else safetensors with configs.
-_GGUF_GLOBS = ("*.gguf",)
-_SAFETENSORS_GLOBS = ("*.safetensors", "*.json", "tokenizer.model")
 _PATH_HINTS = ("/", "./", "../", "~")
 _MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin")
 
@@ -56,11 +54,7 @@ def expand_path(arg: str, base_dir: Path, home: Path) -> Path:
 def _model_files(path: Path) -> list[LocalFile]:
     if path.is_file():
         return [LocalFile(path.name, path)]
-    for globs in (_GGUF_GLOBS, _SAFETENSORS_GLOBS):
-        found = sorted({p for g in globs for p in path.glob(g) if p.is_file()})
-        if found and (globs is _GGUF_GLOBS or any(p.suffix == ".safetensors" for p in found)):
-            return [LocalFile(p.relative_to(path).as_posix(), p) for p in found]
-    raise OllamaError(f"no model files found in {path}")
+    return [LocalFile(name, p) for name, p in gather_model_files(path)]
 
 
 def _looks_like_path(arg: str) -> bool:

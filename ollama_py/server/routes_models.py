@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -84,15 +85,21 @@ async def show(request: web.Request) -> web.Response:
         "template": template or (info.chat_template if info else "") or "",
         "system": system or "",
         "details": model.details,
-        "model_info": model_info(info, verbose) if info else {},
+        "model_info": {},  # filled in below, in a thread
         "capabilities": model.capabilities,
         "modified_at": rfc3339(model.modified_at),
     }
     if model.messages:
         out["messages"] = model.messages
-    if verbose and info:
-        out["tensors"] = [{"name": n, "type": t, "shape": s} for n, t, s in info.tensors]
-    return web.json_response(out)
+
+    def encoded() -> str:
+        """(In a thread.) A verbose answer carries the whole vocabulary: megabytes of JSON to build and write."""
+        out["model_info"] = model_info(info, verbose) if info else {}
+        if verbose and info:
+            out["tensors"] = [{"name": n, "type": t, "shape": s} for n, t, s in info.tensors]
+        return json.dumps(out)
+
+    return web.Response(text=await asyncio.to_thread(encoded), content_type="application/json")
 
 
 @routes.post("/api/copy")
@@ -182,13 +189,16 @@ def _is_local(request: web.Request) -> bool:
 @routes.post("/api/create")
 async def create(request: web.Request) -> web.StreamResponse:
     from ollama_py.store.create import create_model
+    from ollama_py.store.convert import find_converter
 
     body = await read_json(request)
     name = model_name(body)
     store = request.app[STORE]
     quantizer = _quantize_binary(request)
     local = _is_local(request)
-    events = iterate_in_thread(lambda: create_model(store, name, body, quantizer=quantizer, local_client=local))
+    runners = request.app[SETTINGS].runners_dir
+    events = iterate_in_thread(lambda: create_model(store, name, body, quantizer=quantizer, local_client=local,
+                                                    converter=find_converter(runners)))
     if field(body, "stream", bool, True):
         return await ndjson(request, events)
     items = await collect(events)

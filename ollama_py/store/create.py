@@ -37,6 +37,7 @@ from ollama_py.errors import (
     BadRequest, InvalidModelName, InvalidOption, ModelNotFound, NotFound, RequestCanceled, TemplateError,
 )
 from ollama_py.store.blobs import canonical_digest
+from ollama_py.store.convert import Converter, HFSource, hf_source
 from ollama_py.store.gguf_meta import GGUFInfo, file_type_name, read_gguf_info
 from ollama_py.store.manifests import (
     CONFIG_V1,
@@ -79,6 +80,7 @@ class _Weights:
     digest: str | None = None
     path: Path | None = None
     from_: str | None = None
+    convert: HFSource | None = None  # Hugging Face files still to convert (store/convert.py)
 
 
 @dataclass(slots=True)
@@ -98,9 +100,9 @@ class _Plan:
 
 
 def create_model(store: ModelStore, name: ModelName, req: dict, *, quantizer: Quantizer | None = None,
-                 local_client: bool = True, prune: bool = True) -> Iterator[dict]:
+                 local_client: bool = True, prune: bool = True, converter: Converter | None = None) -> Iterator[dict]:
     """Check `req` (raising before anything is written), then return the iterator that creates the model."""
-    plan = _plan(store, name, req, local_client)
+    plan = _plan(store, name, req, local_client, converter)
     if plan.quantize is not None and quantizer is None:
         raise BadRequest("quantization is not available: llama-quantize was not found")
     return _execute(store, plan, quantizer, prune)
@@ -109,7 +111,8 @@ def create_model(store: ModelStore, name: ModelName, req: dict, *, quantizer: Qu
 # -- checking the request -------------------------------------------------------------------------------
 
 
-def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool) -> _Plan:
+def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
+          converter: Converter | None = None) -> _Plan:
     if not isinstance(req, dict):
         raise BadRequest("invalid create request")
     files = _digest_map(req, "files")
@@ -143,6 +146,8 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool) -> 
         else:
             parsed = parse_name(source)  # InvalidModelName for anything that is neither name nor file
             raise ModelNotFound(parsed.short)
+    elif files and (hf := hf_source(store, files, converter)) is not None:
+        weights.append(_Weights(MEDIA_MODEL, GGUFInfo({}), convert=hf))
     elif files:
         for filename in sorted(files):
             info = _blob_info(store, files[filename])
@@ -150,6 +155,9 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool) -> 
     else:
         raise BadRequest("neither 'from' or 'files' was specified")
 
+    if adapters and (hf := hf_source(store, adapters, converter, adapter=True)) is not None:
+        weights.append(_Weights(MEDIA_ADAPTER, GGUFInfo({}), convert=hf))
+        adapters = {}
     if len(adapters) > 1:
         raise BadRequest("only one adapter is currently supported")
     for filename in sorted(adapters):
@@ -160,7 +168,7 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool) -> 
         raise BadRequest("no model file was provided")
     if len(models) > 1:
         raise BadRequest("split GGUF models are not supported: give one model file")
-    if quantize is not None and models[0].info.file_type not in _QUANTIZABLE:
+    if quantize is not None and models[0].convert is None and models[0].info.file_type not in _QUANTIZABLE:
         raise BadRequest("quantization is only supported for F16, BF16 and F32 models")
 
     extra_config = {key: req[key] for key in ("renderer", "parser", "requires") if isinstance(req.get(key), str)
@@ -331,6 +339,15 @@ def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune:
     layers: list[Layer] = []
 
     for w in plan.weights:
+        if w.convert is not None:  # the model comes before its adapter: an adapter converts against it
+            model = next(m for m in plan.weights if m.media_type == MEDIA_MODEL)
+            base = model.convert if model is not w else None
+            existed = set(store.blobs.digests())
+            w.digest = yield from w.convert.convert(store, base=base, base_info=None if base else model.info)
+            if canonical_digest(w.digest) not in existed:
+                new_blobs.add(canonical_digest(w.digest))
+            w.info = store.blob_info(w.digest)
+            continue
         if w.digest is None:
             assert w.path is not None
             yield {"status": "copying file"}

@@ -1,0 +1,117 @@
+"""`create` from a Hugging Face directory (issue 30): converted by llama.cpp's own converter (runners/convert),
+stored, shown and run by the real llama-server. The model is made here: a random 2-layer Llama with a
+sentencepiece tokenizer trained on a few sentences (tests/fakes/hf_models.py), once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from ollama_py.cli.main import cli
+from tests.conftest import LiveServer, start_serve, stop_serve, upload_blob
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("torch", reason="needs the convert extra: pip install '.[convert]' (make test installs it)")
+pytest.importorskip("transformers", reason="needs the convert extra")
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory):
+    """A server of our own (the real runners and their converter; no SmolLM2 needed)."""
+    tmp = tmp_path_factory.mktemp("hf-live")
+    proc, url, env = start_serve(tmp)
+    try:
+        yield LiveServer(url=url, env=env, models_dir=tmp / "models", proc=proc, log_path=tmp / "serve.log")
+    finally:
+        stop_serve(proc)
+
+
+@pytest.fixture(scope="session")
+def hf_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.fakes.hf_models import make_llama_dir
+
+    return make_llama_dir(tmp_path_factory.mktemp("hf") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def hf_lora(tmp_path_factory: pytest.TempPathFactory, hf_llama: Path) -> Path:
+    from tests.fakes.hf_models import make_lora_dir
+
+    return make_lora_dir(tmp_path_factory.mktemp("hf") / "tiny-lora", hf_llama)
+
+
+def ollama(live: LiveServer, *args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), env=live.env)
+
+
+def create_from_modelfile(live: LiveServer, name: str, tmp: Path, text: str, *args: str) -> Result:
+    (tmp / "Modelfile").write_text(text)
+    return ollama(live, "create", name, "-f", str(tmp / "Modelfile"), *args)
+
+
+def create_from_files(live: LiveServer, name: str, directory: Path, **req: object):
+    files = {p.relative_to(directory).as_posix(): upload_blob(live.url, p)
+             for p in sorted(directory.rglob("*")) if p.is_file()}
+    return live.api("POST", "/api/create", json={"model": name, "files": files, "stream": False, **req})
+
+
+def generate(live: LiveServer, name: str) -> dict:
+    r = live.api("POST", "/api/generate", json={
+        "model": name, "prompt": "The sky is", "stream": False, "options": {"num_predict": 8, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_create_from_a_directory_converts_shows_and_generates(live_server: LiveServer, hf_llama: Path,
+                                                               tmp_path: Path) -> None:
+    result = create_from_modelfile(live_server, "hf-tiny", tmp_path, f"FROM {hf_llama}\n")
+    try:
+        assert result.exit_code == 0, result.output
+        lines = [line.strip() for line in result.stderr.splitlines()]
+        assert "converting model" in lines and lines[-1] == "success"
+        assert sum(line.startswith("copying file") for line in lines) == 7  # weights, 5 json, .jinja, tokenizer
+
+        show = live_server.api("POST", "/api/show", json={"model": "hf-tiny"}).json()
+        assert show["details"]["family"] == "llama" and show["details"]["format"] == "gguf"
+        assert show["details"]["quantization_level"] == "F16"
+        info = show["model_info"]
+        assert info["general.architecture"] == "llama" and info["llama.block_count"] == 2
+        assert info["llama.embedding_length"] == 64
+        # embeddings and output 2 x 400 x 64; per layer q,o 64x64, k,v 64x32, mlp 3 x 64x128, 2 norms; final norm
+        assert info["general.parameter_count"] == 2 * 25_600 + 2 * 36_992 + 64
+        # the chat template of the directory (chat_template.jinja) is the model's template
+        assert show["template"] == (hf_llama / "chat_template.jinja").read_text()
+
+        out = generate(live_server, "hf-tiny")
+        assert out["done"] and out["eval_count"] > 0
+    finally:
+        ollama(live_server, "rm", "hf-tiny")
+
+
+def test_create_from_uploaded_files_through_the_api(live_server: LiveServer, hf_llama: Path) -> None:
+    r = create_from_files(live_server, "hf-api", hf_llama)
+    try:
+        assert r.status_code == 200, r.text
+        assert r.json() == {"status": "success"}
+        names = {m["name"] for m in live_server.api("GET", "/api/tags").json()["models"]}
+        assert "hf-api:latest" in names
+        assert generate(live_server, "hf-api")["done"]
+    finally:
+        live_server.api("DELETE", "/api/delete", json={"model": "hf-api"})
+
+
+def test_create_converted_and_quantized(live_server: LiveServer, hf_llama: Path, tmp_path: Path) -> None:
+    result = create_from_modelfile(live_server, "hf-q4", tmp_path, f"FROM {hf_llama}\n", "--quantize", "q4_K_M")
+    try:
+        assert result.exit_code == 0, result.output
+        lines = [line.strip() for line in result.stderr.splitlines()]
+        assert "converting model" in lines
+        assert any(line.startswith("quantizing F16 model to Q4_K_M") for line in lines)
+        show = live_server.api("POST", "/api/show", json={"model": "hf-q4"}).json()
+        assert show["details"]["quantization_level"] == "Q4_K_M"
+        assert generate(live_server, "hf-q4")["done"]
+    finally:
+        ollama(live_server, "rm", "hf-q4")
