@@ -260,7 +260,8 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                             tap.stream.divert(take_plain, take_unparsed)
                             tap = None
                 else:
-                    thought, calls = "", []
+                    thought = ""
+                    calls: list[dict[str, Any]] = []
                     if parser is not None:
                         thought, content = parser.add(content)
                         if stop:
