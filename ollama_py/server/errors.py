@@ -47,8 +47,16 @@ def error_response(request: web.Request, status: int, message: str) -> web.Respo
                              dumps=lambda o: json.dumps(o, ensure_ascii=False))
 
 
+def not_found(request: web.Request) -> web.Response:
+    """What Ollama's router (gin) answers for a path it does not serve, or a method a path does not take:
+    404 with a plain-text body, whatever the prefix (no Allow header, no JSON envelope)."""
+    return web.Response(status=404, text="404 page not found", content_type="text/plain")
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler):
+    if request.match_info.http_exception is not None and request.method != "OPTIONS":  # CORS preflights pass
+        return not_found(request)  # no route: an unknown path or an unsupported method
     try:
         return await handler(request)
     except OllamaError as e:
@@ -60,7 +68,7 @@ async def error_middleware(request: web.Request, handler):
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        message = {404: "404 page not found", 405: "405 method not allowed"}.get(e.status, e.reason)
+        message = "404 page not found" if e.status == 404 else e.reason
         return error_response(request, e.status, message)
     except json.JSONDecodeError as e:
         return error_response(request, 400, f"invalid JSON: {e}")

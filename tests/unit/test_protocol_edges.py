@@ -115,3 +115,26 @@ async def test_anthropic_messages_take_a_role_in_any_case(client):
                                                              {"role": "user", "content": "again"}]})
     assert r.status == 200
     assert (await r.json())["content"] == [{"type": "text", "text": "The quick"}]
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/api/generate", None), ("PUT", "/api/tags", b"{}"), ("DELETE", "/api/chat", None),
+    ("GET", "/api/delete", None), ("POST", "/api/delete", b'{"model": "tiny"}'), ("POST", "/api/version", None),
+    ("POST", "/api/ps", None), ("GET", "/api/create", None), ("GET", "/api/blobs/sha256:" + "a" * 64, None),
+    ("PATCH", "/v1/chat/completions", b"{}"), ("GET", "/v1/messages", None), ("POST", "/v1/models", b"{}"),
+    ("GET", "/api/nope", None), ("POST", "/v1/nope", b"{}"),
+], ids=["get-generate", "put-tags", "delete-chat", "get-delete", "post-delete", "post-version", "post-ps",
+        "get-create", "get-blob", "patch-oai-chat", "get-anthropic", "post-oai-models", "unknown-path",
+        "unknown-v1-path"])
+async def test_an_unsupported_method_or_path_is_ollamas_plain_404(client, method, path, body):
+    """Ollama's gin router answers both with 404 "404 page not found" as text/plain, and no Allow header."""
+    r = await client.request(method, path, data=body, headers={"Content-Type": "application/json"})
+    assert r.status == 404
+    assert r.content_type == "text/plain" and await r.text() == "404 page not found"
+    assert "Allow" not in r.headers
+
+
+async def test_a_cors_preflight_still_gets_its_answer(client):
+    r = await client.options("/api/chat", headers={"Origin": "http://localhost:3000",
+                                                   "Access-Control-Request-Method": "POST"})
+    assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "http://localhost:3000"
