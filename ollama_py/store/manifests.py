@@ -268,7 +268,7 @@ class ManifestStore:
         for host in _subdirs(self.dir):
             for namespace in _subdirs(host):
                 for model in _subdirs(namespace):
-                    for tag in os.scandir(model):
+                    for tag in _entries(model):
                         if not tag.is_file() or tag.name.startswith(_TEMP_PREFIX):
                             continue
                         try:
@@ -281,11 +281,18 @@ class ManifestStore:
                         yield name, Path(tag.path)
 
 
-def _subdirs(path: Path | os.DirEntry) -> list[os.DirEntry]:
+def _entries(path: Path | os.DirEntry) -> list[os.DirEntry]:
+    """A directory's entries; none when it vanished since its parent was listed (a concurrent delete removes
+    the directories it empties), so a walk never fails on what another request just removed."""
     try:
-        return [e for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+        with os.scandir(path) as it:
+            return list(it)
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def _subdirs(path: Path | os.DirEntry) -> list[os.DirEntry]:
+    return [e for e in _entries(path) if e.is_dir(follow_symlinks=False)]
 
 
 def _find_ignoring_case(directory: Path, parts: tuple[str, ...]) -> list[str] | None:
