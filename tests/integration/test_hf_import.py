@@ -4,6 +4,7 @@ sentencepiece tokenizer trained on a few sentences (tests/fakes/hf_models.py), o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,77 @@ def test_create_converted_and_quantized(live_server: LiveServer, hf_llama: Path,
         assert generate(live_server, "hf-q4")["done"]
     finally:
         ollama(live_server, "rm", "hf-q4")
+
+
+def copy_dir(src: Path, dst: Path, *, drop: tuple[str, ...] = ()) -> Path:
+    dst.mkdir(parents=True)
+    for p in src.iterdir():
+        if p.is_file() and p.name not in drop:
+            (dst / p.name).write_bytes(p.read_bytes())
+    return dst
+
+
+def test_pytorch_bin_checkpoint_is_converted_too(live_server: LiveServer, hf_llama: Path, tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    d = copy_dir(hf_llama, tmp_path / "bin-model", drop=("model.safetensors",))
+    torch.save(load_file(str(hf_llama / "model.safetensors")), d / "pytorch_model.bin")
+    result = create_from_modelfile(live_server, "hf-bin", tmp_path, "FROM ./bin-model\n")
+    try:
+        assert result.exit_code == 0, result.output
+        show = live_server.api("POST", "/api/show", json={"model": "hf-bin"}).json()
+        assert show["model_info"]["general.parameter_count"] == 2 * 25_600 + 2 * 36_992 + 64
+        assert generate(live_server, "hf-bin")["done"]
+    finally:
+        ollama(live_server, "rm", "hf-bin")
+
+
+def test_unknown_architecture_is_a_400_naming_it(live_server: LiveServer, hf_llama: Path, tmp_path: Path) -> None:
+    d = copy_dir(hf_llama, tmp_path / "odd")
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "architectures": ["TotallyNewForCausalLM"]}))
+    r = create_from_files(live_server, "hf-odd", d)
+    assert r.status_code == 400
+    assert r.json() == {"error": 'unsupported architecture "TotallyNewForCausalLM"'}
+    result = create_from_modelfile(live_server, "hf-odd", tmp_path, "FROM ./odd\n")
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (1, 'Error: unsupported architecture "TotallyNewForCausalLM"')
+    assert live_server.api("POST", "/api/show", json={"model": "hf-odd"}).status_code == 404
+
+
+def test_a_directory_without_weights_is_refused(live_server: LiveServer, hf_llama: Path, tmp_path: Path) -> None:
+    d = copy_dir(hf_llama, tmp_path / "no-weights", drop=("model.safetensors",))
+    r = create_from_files(live_server, "hf-none", d)
+    assert r.status_code == 400
+    assert r.json()["error"].startswith("no model weights were found")
+    (tmp_path / "empty").mkdir()
+    result = create_from_modelfile(live_server, "hf-none", tmp_path, "FROM ./empty\n")
+    assert result.exit_code == 1 and "no model files found in" in result.stderr
+
+
+def test_weights_without_config_or_as_lfs_pointers_are_refused(live_server: LiveServer, hf_llama: Path,
+                                                                tmp_path: Path) -> None:
+    d = copy_dir(hf_llama, tmp_path / "no-config", drop=("config.json",))
+    r = create_from_files(live_server, "hf-bad", d)
+    assert (r.status_code, r.json()["error"]) == (
+        400, "config.json is missing: a safetensors model directory needs its config.json")
+    d = copy_dir(hf_llama, tmp_path / "lfs")
+    (d / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 503144\n")
+    r = create_from_files(live_server, "hf-bad", d)
+    assert (r.status_code, r.json()["error"]) == (
+        400, "model.safetensors is a Git LFS pointer, not the weights: fetch it with `git lfs pull`")
+
+
+def test_a_failed_conversion_leaves_no_blob_behind(live_server: LiveServer, hf_llama: Path, tmp_path: Path) -> None:
+    d = copy_dir(hf_llama, tmp_path / "broken")
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])  # a download cut short
+    files = {p.name: upload_blob(live_server.url, p) for p in sorted(d.iterdir())}
+    blobs = live_server.models_dir / "blobs"
+    before = {p.name for p in blobs.iterdir()}
+    r = live_server.api("POST", "/api/create", json={"model": "hf-broken", "files": files}, stream=True)
+    lines = [json.loads(line) for line in r.iter_lines() if line]
+    assert {"status": "converting model"} in lines
+    assert lines[-1]["error"].startswith("converting model failed")
+    assert {p.name for p in blobs.iterdir()} == before
+    assert live_server.api("POST", "/api/show", json={"model": "hf-broken"}).status_code == 404
