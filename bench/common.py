@@ -140,6 +140,18 @@ def runner_argv(serve: Child, binary_name: str = "llama-server") -> list[str] | 
     return None
 
 
+def runner_key(serve: Child, binary_name: str = "llama-server") -> str:
+    """The API key the serve's llama-server child requires (each runner has its own, in its environment)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process(serve.proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if any(Path(c).name == binary_name for c in p.cmdline()[:3]):
+                    return p.environ().get("LLAMA_API_KEY", "")
+    return ""
+
+
 def upload_blob(url: str, path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
     RESULTS, Child, cpu_seconds, create_model, free_port, load_average, machine_info, markdown_table, median,
-    runner_argv, start_llama_server, start_serve, summary, text_table, with_port, write_json, write_text,
+    runner_argv, runner_key, start_llama_server, start_serve, summary, text_table, with_port, write_json, write_text,
 )
 from bench.gateway_capacity import measure_capacity  # noqa: E402
 
@@ -192,6 +192,8 @@ async def open_pair(tmp: Path, model: Path, runner: Path, parallel: int, own_dir
         if not own_direct:
             port = argv[argv.index("--port") + 1]
             log(f"  direct: the gateway's runner at 127.0.0.1:{port}")
+            # the runner requires its key; the gateway, without OLLAMA_API_KEYS, ignores the header
+            session.headers["Authorization"] = f"Bearer {runner_key(gateway)}"
             return Pair(f"http://127.0.0.1:{port}", None, gateway, argv, session)
         argv = with_port(argv, free_port())
         log(f"  direct: {' '.join(argv)}")

@@ -27,11 +27,12 @@ _LOST = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.Cl
 class LlamaClient:
     """read_timeout: the longest silence allowed while waiting for a response or between stream events
     (llama-server streams tokens and pings idle SSE streams, so a long silence means it is hung); None waits
-    forever."""
+    forever. api_key: the runner's key, sent as a bearer token on every request."""
 
-    def __init__(self, base_url: str, *, read_timeout: float | None = None) -> None:
+    def __init__(self, base_url: str, *, read_timeout: float | None = None, api_key: str = "") -> None:
         self.base_url = base_url
         self.read_timeout = read_timeout
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
         self._in_flight: set[aiohttp.ClientResponse] = set()
         self._streams: set[sse.SSEStream] = set()
@@ -43,6 +44,7 @@ class LlamaClient:
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.read_timeout),
                 json_serialize=lambda o: json.dumps(o, ensure_ascii=False),
+                headers=self._headers,
             )
         return self._session
 
@@ -86,7 +88,8 @@ class LlamaClient:
         """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
         url = urllib.parse.urlsplit(self.base_url)
         return sse.stream_events(url.hostname or "127.0.0.1", url.port or 80, path, body,
-                                 read_timeout=self.read_timeout, streams=self._streams, tap=tap)
+                                 read_timeout=self.read_timeout, streams=self._streams, tap=tap,
+                                 headers=self._headers)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         try:

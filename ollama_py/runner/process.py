@@ -3,7 +3,9 @@
 States (RunnerState): starting -> ready -> stopping -> stopped, or starting/ready -> failed when the child
 exits on its own. `ensure_ready()` is the only way to start a runner; every settled transition wakes every
 waiter. The child dies with us: it gets PR_SET_PDEATHSIG (Linux) and its own process group, which stop()
-signals as a whole.
+signals as a whole. Each child requires its own random API key (`api_key`, given in its environment, where
+other users cannot read it, not on its command line): its port is in the process list, and without the key a
+local user could bypass the gateway's OLLAMA_API_KEYS by calling it directly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import ctypes.util
 import enum
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -89,6 +92,7 @@ class RunnerProcess:
         on_exit: Callable[[RunnerProcess], None] | None = None,
     ) -> None:
         self.name = name
+        self.api_key = secrets.token_urlsafe(32)  # never logged; LLAMA_API_KEY in the child's environment
         self._argv_for_port = argv_for_port
         self._env = env
         self._load_timeout = load_timeout
@@ -119,6 +123,11 @@ class RunnerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """What every request to the child carries (llama-server answers 401 without it; /health is public)."""
+        return {"Authorization": f"Bearer {self.api_key}"}
 
     @property
     def base_url(self) -> str:
@@ -205,7 +214,7 @@ class RunnerProcess:
                 self._failure = self._failure or "llama runner start was cancelled"
                 await self._settle_failed_start()
             raise
-        except Exception as e:  # noqa: BLE001 - any failure must fail the start, never leave it "starting"
+        except Exception as e:  # any failure must fail the start, never leave it "starting"
             log.error("runner %s: starting llama-server failed: %s", self.name, e, exc_info=not isinstance(e, OSError))
             self._failure = self._failure or f"error starting llama-server: {e}"
             await self._settle_failed_start()
@@ -230,7 +239,7 @@ class RunnerProcess:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=stderr_w,
-                env=self._env,
+                env={**(os.environ if self._env is None else self._env), "LLAMA_API_KEY": self.api_key},
                 start_new_session=True,
                 preexec_fn=pdeathsig_preexec,
             )
@@ -305,7 +314,7 @@ class RunnerProcess:
 
     async def _wait_healthy(self) -> None:
         timeout = aiohttp.ClientTimeout(total=2)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession(timeout=timeout, headers=self.auth_headers) as session:
             while self.state == RunnerState.STARTING:
                 try:
                     async with session.get(f"{self.base_url}/health") as resp:

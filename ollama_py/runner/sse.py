@@ -314,10 +314,11 @@ class Tap:
 
 async def stream_events(host: str, port: int, path: str, body: dict[str, Any], *,
                         read_timeout: float | None = None, streams: set[SSEStream] | None = None,
-                        tap: Tap | None = None) -> AsyncIterator[dict[str, Any]]:
+                        tap: Tap | None = None, headers: dict[str, str] | None = None,
+                        ) -> AsyncIterator[dict[str, Any]]:
     """POST `body` and yield each `data:` event as a dict, up to the last. The hot path: one generator frame
     between the socket and the consumer. `streams` holds the stream while it is open (to fail it from outside)."""
-    stream = await post_stream(host, port, path, body, read_timeout=read_timeout)
+    stream = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers)
     if streams is not None:
         streams.add(stream)
     if tap is not None:
@@ -337,8 +338,9 @@ async def stream_events(host: str, port: int, path: str, body: dict[str, Any], *
 
 
 async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
-                      read_timeout: float | None = None) -> SSEStream:
-    """Connect, send `body` as JSON and return the stream (nothing of the response read yet)."""
+                      read_timeout: float | None = None, headers: dict[str, str] | None = None) -> SSEStream:
+    """Connect, send `body` as JSON (with `headers` besides the usual ones) and return the stream (nothing of
+    the response read yet)."""
     loop = asyncio.get_running_loop()
     data = json.dumps(body, ensure_ascii=False).encode()
     try:
@@ -346,7 +348,8 @@ async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
     except OSError as e:
         raise UpstreamLost(f"connection to llama runner lost: {e}") from None
     assert stream._transport is not None
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items()).encode()
     stream._transport.write(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-                            b"Accept: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                            % (path.encode(), host.encode(), port, len(data), data))
+                            b"Accept: text/event-stream\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                            % (path.encode(), host.encode(), port, extra, len(data), data))
     return stream

@@ -235,7 +235,8 @@ class Scheduler:
         runner = self._runner_factory(plan, name, self._on_runner_exit)
         read_timeout = None if math.isinf(self.settings.request_timeout) else self.settings.request_timeout
         loaded = Loaded(
-            name=name, model=model, plan=plan, runner=runner, client=LlamaClient("", read_timeout=read_timeout),
+            name=name, model=model, plan=plan, runner=runner,
+            client=LlamaClient("", read_timeout=read_timeout, api_key=runner.api_key),
             slots=asyncio.Semaphore(plan.spec.parallel),
             session_duration=self.settings.keep_alive if keep_alive is None else keep_alive,
         )

@@ -20,6 +20,8 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_LOG_FILE=PATH         append each POSTed JSON request body as one line (exactly as received)
   FAKE_MODEL_MIB / FAKE_KV_MIB / FAKE_COMPUTE_MIB / FAKE_DEVICE   buffer sizes and device in the start-up log
   FAKE_EMBEDDING_DIM=N       embedding width (default 16)
+As llama-server does, an API key from --api-key or LLAMA_API_KEY (comma-separated keys) is required on every
+route but /health and /v1/health: `Authorization: Bearer KEY` (or `X-Api-Key`), else 401 "Invalid API Key".
 
 The "model": tokens are whitespace-separated words, each carrying its leading whitespace (so detokenize
 inverts tokenize); a string prompt gets one BOS token in front. It answers with the words of
@@ -64,7 +66,7 @@ CHATML_TEMPLATE = (
     "+ '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 _ERROR_CODES = {"invalid_request_error": 400, "not_found_error": 404, "server_error": 500,
-                "not_supported_error": 501, "unavailable_error": 503, "exceed_context_size_error": 400}
+                "not_supported_error": 501, "unavailable_error": 503, "authentication_error": 401, "exceed_context_size_error": 400}
 
 
 def fake_command(python: str = sys.executable) -> list[str]:
@@ -80,7 +82,7 @@ _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers", "--n-gpu-layers": "n_gpu_layers", "--gpu-layers": "n_gpu_layers",
     "-t": "threads", "--threads": "threads", "--embd-normalize": "embd_normalize",
     "-lv": "verbosity", "--verbosity": "verbosity", "--log-verbosity": "verbosity",
-    "-mm": "mmproj", "--mmproj": "mmproj",
+    "-mm": "mmproj", "--mmproj": "mmproj", "--api-key": "api_key",
 }
 # Flags that take a value we do not use; listed so a value such as "-1" is never mistaken for a flag.
 _IGNORED_VALUE_FLAGS = set(
@@ -89,7 +91,7 @@ _IGNORED_VALUE_FLAGS = set(
     "-fitt --fit-target -fitc --fit-ctx -n --predict --n-predict -lm --load-mode --spec-type --spec-draft-n-max "
     "--spec-draft-model -md --chat-template --chat-template-file --reasoning-format -rea --reasoning "
     "--reasoning-budget -to --timeout --threads-http --slot-save-path -dev --device -ot --override-tensor -s --seed "
-    "--temp --top-k --top-p --min-p --repeat-penalty --api-key --log-file -lv --verbosity --cache-reuse -cram "
+    "--temp --top-k --top-p --min-p --repeat-penalty --log-file -lv --verbosity --cache-reuse -cram "
     "--cache-ram --sleep-idle-seconds --sse-ping-interval --numa --override-kv --mmproj-url -mmu --log-colors"
     .split()
 )
@@ -126,6 +128,7 @@ class ServerArgs:
     mmproj: str = ""  # a projector: the "model" then takes images (each becomes IMAGE_TOKENS tokens)
     list_devices: bool = False
     version: bool = False
+    api_key: str = ""  # --api-key (LLAMA_API_KEY when not given)
 
 
 def parse_args(argv: list[str]) -> ServerArgs:
@@ -477,6 +480,8 @@ def _pad256(n: int) -> int:
 
 
 STATE = web.AppKey("state", FakeServer)
+API_KEYS = web.AppKey("api_keys", frozenset)
+PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
 
 
 def _dumps(obj: Any) -> str:
@@ -504,6 +509,11 @@ async def _middleware(request: web.Request, handler: Callable) -> web.StreamResp
     state = request.app[STATE]
     if not state.ready:
         return error_response("Loading model", "unavailable_error")
+    keys = request.app[API_KEYS]
+    if keys and request.path not in PUBLIC_PATHS:
+        given = request.headers.get("Authorization") or request.headers.get("X-Api-Key", "")
+        if given.removeprefix("Bearer ") not in keys:
+            return error_response("Invalid API Key", "authentication_error")
     try:
         return await handler(request)
     except RequestError as e:
@@ -1003,6 +1013,7 @@ async def handle_oai_embedding(request: web.Request) -> web.Response:
 def build_app(state: FakeServer) -> web.Application:
     app = web.Application(middlewares=[_middleware], client_max_size=64 * 1024 * 1024)
     app[STATE] = state
+    app[API_KEYS] = frozenset(k for k in (state.args.api_key or os.environ.get("LLAMA_API_KEY", "")).split(",") if k)
     for path in ("/health", "/v1/health"):
         app.router.add_get(path, handle_health)
     app.router.add_get("/props", handle_props)
@@ -1076,8 +1087,9 @@ async def serve(args: ServerArgs, behaviour: Behaviour) -> None:
          f"for {sys.platform}", verbosity=_DETAIL)
     _log(f"cmn  common_param: common_params_print_info: verbosity = {min(args.verbosity, 5)} "
          "(adjust with the `-lv N` CLI arg)")
-    _log("srv  llama_server: security: no API key is set and CORS allows all origins "
-         "(see https://github.com/ggml-org/llama.cpp/pull/25655)", "W")
+    if not (args.api_key or os.environ.get("LLAMA_API_KEY")):
+        _log("srv  llama_server: security: no API key is set and CORS allows all origins "
+             "(see https://github.com/ggml-org/llama.cpp/pull/25655)", "W")
     runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
     await runner.setup()
     host = args.host.split(",")[0]

@@ -353,8 +353,10 @@ async def test_client_hanging_up_mid_stream_frees_the_slot_at_once(path: str, bo
         "model": "tiny", "prompt": "hi", "stream": False, "options": {"num_predict": 3}}), timeout=120)
     assert nxt.status == 200
     assert (await nxt.json())["response"] == " ".join(FAKE_SENTENCE[:3])
-    slots_url = f"http://127.0.0.1:{runner_port(await one_fake_runner())}/slots"
-    async with aiohttp.ClientSession() as session:
+    runner = await one_fake_runner()
+    slots_url = f"http://127.0.0.1:{runner_port(runner)}/slots"
+    key = runner.environ()["LLAMA_API_KEY"]  # the runner's own key (its environment: ours to read, not others')
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as session:
         for _ in range(POLLS):
             async with session.get(slots_url) as r:
                 slots = await r.json()

@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import aiohttp
+import psutil
 import pytest
 
 from ollama_py.runner.argv import LaunchSpec, build_argv
@@ -36,7 +38,7 @@ async def test_cpu_avx2_runner_serves_smollm2():
     model = required_path("OLLAMA_PY_TEST_MODEL")
     spec = LaunchSpec(model=model, num_ctx=1024, n_gpu_layers=0)
     runner = RunnerProcess(lambda port: build_argv(spec, binary, port), name="smollm2")
-    client = LlamaClient("")
+    client = LlamaClient("", api_key=runner.api_key)
     try:
         await runner.ensure_ready()
         assert runner.state == RunnerState.READY
@@ -50,3 +52,26 @@ async def test_cpu_avx2_runner_serves_smollm2():
         await client.close()
         await runner.stop()
     assert runner.state == RunnerState.STOPPED
+
+
+async def test_the_runner_refuses_a_direct_call_without_its_key():
+    """OLLAMA_API_KEYS cannot be bypassed by calling the runner's port (in the process list) directly."""
+    binary = required_path("OLLAMA_PY_TEST_RUNNER")
+    model = required_path("OLLAMA_PY_TEST_MODEL")
+    spec = LaunchSpec(model=model, num_ctx=256, n_gpu_layers=0)
+    runner = RunnerProcess(lambda port: build_argv(spec, binary, port), name="smollm2")
+    body = {"prompt": "Hi", "n_predict": 1}
+    try:
+        await runner.ensure_ready()
+        assert runner.api_key not in " ".join(psutil.Process(runner.pid).cmdline())
+        async with aiohttp.ClientSession() as session:
+            async with session.post(runner.base_url + "/completion", json=body) as resp:
+                assert resp.status == 401
+                assert (await resp.json())["error"]["message"] == "Invalid API Key"
+            async with session.post(runner.base_url + "/completion", json=body,
+                                    headers={"Authorization": "Bearer wrong"}) as resp:
+                assert resp.status == 401
+            async with session.post(runner.base_url + "/completion", json=body, headers=runner.auth_headers) as resp:
+                assert resp.status == 200
+    finally:
+        await runner.stop()
