@@ -15,6 +15,7 @@ from typing import Any
 
 from ollama_py.config import Settings
 from ollama_py.errors import ModelNotFound, RunnerLoadError
+from ollama_py.estimate import devices
 from ollama_py.estimate import gpus as gpu_probe
 from ollama_py.estimate import memory
 from ollama_py.runner import rpc, variants
@@ -159,9 +160,11 @@ class VariantRunner(RunnerProcess):
 
 
 def runner_factory(settings: Settings, env: dict[str, str] | None = None,
-                   command_prefix: tuple[str, ...] = ()) -> Callable[..., RunnerProcess]:
+                   command_prefix: tuple[str, ...] = (),
+                   host: variants.HostInfo | None = None) -> Callable[..., RunnerProcess]:
     """Runner factory for the Scheduler: picks the variant order once per runner (bad marks are re-read)."""
-    host = variants.probe_host()
+    if host is None:
+        host = variants.probe_host(runners_dir=settings.runners_dir, env=env if env is not None else os.environ)
     # ggml prints a gdb backtrace when it aborts: slow, and noise in the error a user sees.
     env = {**(env if env is not None else os.environ), "GGML_NO_BACKTRACE": "1", "LLAMA_MEDIA_MARKER": MEDIA_MARKER}
     bad = variants.BadVariants(settings.data_dir / "bad-variants.json", settings.runners_dir)
@@ -176,25 +179,45 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
     return factory
 
 
+def runner_gpus(variant: str, binary: Path | None, env: dict[str, str]) -> list[gpu_probe.GpuInfo]:
+    """The GPUs the chosen runner variant will place layers on.
+
+    vulkan: the devices its own `--list-devices` shows (the one view that knows which devices ggml-vulkan
+    accepts, and how it names and counts them). cuda/metal: NVML or Metal, which also refresh free memory cheaply,
+    else the runner's own list. CPU builds: none."""
+    if variant in ("cpu", "cpu_avx2") or binary is None:
+        return []
+    if variant != "vulkan":
+        found = gpu_probe.probe_gpus(env)
+        if found:
+            return found
+    return devices.runner_gpus(devices.list_devices(binary, env), variant)
+
+
 def default_scheduler(settings: Settings) -> Scheduler:
-    gpus = gpu_probe.probe_gpus(dict(os.environ))
+    env = dict(os.environ)
     system = gpu_probe.probe_system_memory()
     built = variants.built_variants(settings.runners_dir)
+    host = variants.probe_host(runners_dir=settings.runners_dir, env=env)
+    variant = ""
     try:
-        host = variants.probe_host()
         order = variants.candidate_order(host, built, forced=settings.llm_library,
                                          bad=variants.BadVariants(settings.data_dir / "bad-variants.json",
                                                                   settings.runners_dir).load())
-        info = variants.read_build_info(settings.runners_dir / order[0])
-        log.info("runner variant %s (%s), devices: %s", order[0], info.get("llama_cpp_version") or "unknown version",
-                 ", ".join(f"{g.name} ({g.free >> 20} MiB free)" for g in gpus) or "CPU only")
+        variant = order[0]
     except Exception as e:  # serve still starts; loading a model will say what is missing
         log.warning("%s", e)
+    gpus = runner_gpus(variant, built.get(variant), env) if variant else gpu_probe.probe_gpus(env)
+    if variant:
+        info = variants.read_build_info(settings.runners_dir / variant)
+        log.info("runner variant %s (%s), devices: %s", variant, info.get("llama_cpp_version") or "unknown version",
+                 ", ".join(f"{g.name} ({g.free >> 20} MiB free)" for g in gpus) or "CPU only")
 
     def free_memory(plan: LoadPlan) -> int | None:
-        """Free VRAM now (minus the reserved overhead) when the plan offloads, else available RAM."""
+        """Free VRAM now (minus the reserved overhead) when the plan offloads, else available RAM. Blocking (a
+        device probe): the scheduler calls it in a thread."""
         if plan.size_vram and gpus:
-            now = {g.uuid: g for g in gpu_probe.probe_gpus(dict(os.environ))}
+            now = {g.uuid: g for g in runner_gpus(variant, built.get(variant), env)}
             return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
         return gpu_probe.probe_system_memory().free
 
@@ -207,7 +230,7 @@ def default_scheduler(settings: Settings) -> Scheduler:
     scheduler = Scheduler(
         settings,
         plan=plan,
-        runner_factory=runner_factory(settings),
+        runner_factory=runner_factory(settings, host=host),
         free_memory=free_memory,
         gpu_count=len(gpus),
     )

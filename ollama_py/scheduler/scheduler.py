@@ -216,7 +216,7 @@ class Scheduler:
                     continue
                 residents = [entry.resident() for entry in self.loaded.values() if not entry.unloading]
                 stopping = any(entry.unloading for entry in self.loaded.values())
-                free = self._free_memory(plan)
+                free = await asyncio.to_thread(self._free_memory, plan)  # a device probe: off the loop
                 need = plan.size_vram or plan.size
                 if policy.must_evict(residents, self.max_runners, need, free) or (
                         stopping and len(self.loaded) >= self.max_runners):
