@@ -67,7 +67,7 @@ def make_llama_dir(path: Path, *, architecture: str = "LlamaForCausalLM", chat_t
     return path
 
 
-def make_lora_dir(path: Path, base_dir: Path, *, rank: int = 4, seed: int = 1) -> Path:
+def make_lora_dir(path: Path, base_dir: Path, *, rank: int = 4, seed: int = 1, scale: float = 0.5) -> Path:
     """A LoRA adapter (q_proj and v_proj of every layer) for the model in `base_dir`, as peft saves one."""
     import torch
     from safetensors.torch import save_file
@@ -80,8 +80,8 @@ def make_lora_dir(path: Path, base_dir: Path, *, rank: int = 4, seed: int = 1) -
     for layer in range(cfg["num_hidden_layers"]):
         for proj, out_dim in (("q_proj", hidden), ("v_proj", kv_dim)):
             prefix = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden) * 0.01
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_dim, rank) * 0.01
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden) * scale
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_dim, rank) * scale
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / "adapter_model.safetensors"))
     (path / "adapter_config.json").write_text(json.dumps({

@@ -190,3 +190,39 @@ def test_a_failed_conversion_leaves_no_blob_behind(live_server: LiveServer, hf_l
     assert lines[-1]["error"].startswith("converting model failed")
     assert {p.name for p in blobs.iterdir()} == before
     assert live_server.api("POST", "/api/show", json={"model": "hf-broken"}).status_code == 404
+
+
+def test_lora_adapter_directory_converts_and_changes_the_answer(live_server: LiveServer, hf_llama: Path,
+                                                                 hf_lora: Path, tmp_path: Path) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "tuned").mkdir()
+    base = create_from_modelfile(live_server, "hf-base", tmp_path / "base", f"FROM {hf_llama}\n")
+    tuned = create_from_modelfile(live_server, "hf-tuned", tmp_path / "tuned", f"FROM {hf_llama}\nADAPTER {hf_lora}\n")
+    try:
+        assert base.exit_code == 0, base.output
+        assert tuned.exit_code == 0, tuned.output
+        assert "converting adapter" in [line.strip() for line in tuned.stderr.splitlines()]
+        show = live_server.api("POST", "/api/show", json={"model": "hf-tuned"}).json()
+        assert "\nADAPTER " in show["modelfile"]
+        plain, adapted = generate(live_server, "hf-base"), generate(live_server, "hf-tuned")
+        assert plain["done"] and adapted["done"]
+        assert adapted["response"] != plain["response"]  # the adapter is applied (llama-server --lora)
+    finally:
+        ollama(live_server, "rm", "hf-base")
+        ollama(live_server, "rm", "hf-tuned")
+
+
+def test_lora_adapter_on_an_existing_model(live_server: LiveServer, hf_llama: Path, hf_lora: Path,
+                                           tmp_path: Path) -> None:
+    """FROM a model already in the store: the LoRA converter gets a config.json made from its GGUF metadata."""
+    (tmp_path / "base").mkdir()
+    assert create_from_modelfile(live_server, "hf-base2", tmp_path / "base", f"FROM {hf_llama}\n").exit_code == 0
+    result = create_from_modelfile(live_server, "hf-tuned2", tmp_path, f"FROM hf-base2\nADAPTER {hf_lora}\n")
+    try:
+        assert result.exit_code == 0, result.output
+        show = live_server.api("POST", "/api/show", json={"model": "hf-tuned2"}).json()
+        assert "\nADAPTER " in show["modelfile"] and show["details"]["parent_model"] == "hf-base2:latest"
+        assert generate(live_server, "hf-tuned2")["done"]
+    finally:
+        ollama(live_server, "rm", "hf-base2")
+        ollama(live_server, "rm", "hf-tuned2")
