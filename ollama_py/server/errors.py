@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import re
 
 from aiohttp import web
 
@@ -34,6 +35,16 @@ def error_body(path: str, status: int, message: str) -> dict:
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
+# An absolute path of two or more parts (not the path of a URL: no ":" or "/" right before it).
+_ABS_PATH = re.compile(r"(?<![\w/.:~-])/(?:[^\s'\"/:,;()\[\]]+/)+([^\s'\"/:,;()\[\]]*)")
+
+
+def scrub_paths(message: str) -> str:
+    """A server-side error's text without the server's directories: /root/.ollama/models/blobs/sha256-ab...
+    becomes sha256-ab... (which file, never where the store or the runners live)."""
+    return _ABS_PATH.sub(lambda m: m.group(1) or "/", message)
+
+
 def describe(exc: Exception) -> tuple[int, str]:
     """Status and message for an exception that is not an OllamaError: a full disk is the client's to know
     about (507, as WebDAV answers it); anything else is our bug, answered 500 with its text, never a traceback."""
@@ -43,6 +54,8 @@ def describe(exc: Exception) -> tuple[int, str]:
 
 
 def error_response(request: web.Request, status: int, message: str) -> web.Response:
+    if status >= 500:
+        message = scrub_paths(message)
     return web.json_response(error_body(request.path, status, message), status=status,
                              dumps=lambda o: json.dumps(o, ensure_ascii=False))
 

@@ -15,6 +15,7 @@ from ollama_py.config import parse_duration
 from ollama_py.errors import BadRequest, ModelNotFound
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.keys import SETTINGS, STORE
+from ollama_py.store.blobs import canonical_digest
 from ollama_py.server.rendering import warm_template
 from ollama_py.store.models import rfc3339 as store_rfc3339
 
@@ -28,6 +29,9 @@ async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
             model = await asyncio.to_thread(store.load, name)
         except ModelNotFound:
             raise ModelNotFound(raw) from None
+    _, at, digest = raw.partition("@")
+    if at and canonical_digest(digest) != canonical_digest(model.digest):
+        raise ModelNotFound(raw)  # name@sha256:<digest> names one version of the model: another one is not it
     current_stats().note_model(model)  # the access log and /metrics label requests with it
     await warm_template(model.template)  # its capabilities read the parsed template on the loop
     return model

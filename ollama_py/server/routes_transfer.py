@@ -9,6 +9,7 @@ Non-streamed requests answer the last progress object, or 500 {"error"} like Oll
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -17,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ollama_py.errors import OllamaError, RegistryError
+from ollama_py.errors import ModelNotFound, OllamaError, RegistryError
 from ollama_py.server.keys import SETTINGS, STORE
 from ollama_py.server.requests import field, model_name, read_json
 from ollama_py.server.routes_models import iterate_in_thread
@@ -79,5 +80,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
 async def push(request: web.Request) -> web.StreamResponse:
     body, name, options = await _transfer(request)
     store = request.app[STORE]
+    if await asyncio.to_thread(store.manifests.resolve, name) is None:
+        raise ModelNotFound(body.get("model") or body.get("name") or name.short)
     log.info("pushing %s", name)
     return await _respond(request, body, lambda cancel: push_model(store, name, options=options, cancel=cancel))
