@@ -18,12 +18,13 @@ import ctypes.util
 import enum
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import aiohttp
 
@@ -73,6 +74,42 @@ def _pdeathsig_preexec() -> Callable[[], None] | None:
 
 
 pdeathsig_preexec = _pdeathsig_preexec()
+
+
+# llama.cpp's log prefix: "M.SS.mmm.uuu L " (timestamp, then the level: I, W, E or D); either part may be off.
+_LOG_PREFIX = re.compile(r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} )?(?:([IWED]) )?")
+# What names a cause outright, wherever it is logged (ggml's aborts and C++ exceptions come unprefixed).
+_CAUSES = ("error loading model", "out of memory", "unable to allocate", "failed to load", "illegal instruction",
+           "remote rpc server", "ggml_assert", "terminate called", "what():", "segmentation fault", "abort")
+_TROUBLE = re.compile(r"\b(?:error|failed|failure|fatal|exception|cannot|could not)\b", re.IGNORECASE)
+
+
+def cause_of(lines: Iterable[str]) -> str:
+    """The most relevant of a dead llama-server's stderr lines, without llama.cpp's log prefix:
+
+    1. the first line naming a cause outright (error loading model, out of memory, GGML_ASSERT, abort, ...),
+       other than an info or debug line (those can quote anything: a chat template, a file name);
+    2. else the first error-level line (the cause comes before llama-server's generic "exiting due to ...");
+    3. else the last warning or unprefixed line that speaks of an error or a failure;
+    4. else the last line.
+    """
+    parsed = []
+    for raw in lines:
+        m = _LOG_PREFIX.match(raw)
+        text = raw[m.end():].strip()
+        if text:
+            parsed.append((m.group(1) or "", text))
+    quiet = ("I", "D")
+    for level, text in parsed:
+        if level not in quiet and any(c in text.lower() for c in _CAUSES):
+            return text
+    for level, text in parsed:
+        if level == "E":
+            return text
+    for level, text in reversed(parsed):
+        if level not in quiet and _TROUBLE.search(text):
+            return text
+    return parsed[-1][1] if parsed else ""
 
 
 class RunnerProcess:
@@ -138,18 +175,8 @@ class RunnerProcess:
         return self.state in (RunnerState.STARTING, RunnerState.READY)
 
     def failure_message(self) -> str:
-        """The most useful line of the child's stderr: an error line if there is one, else the last line."""
-        lines = [ln for ln in self.stderr_tail if ln.strip()]
-        for ln in lines:  # the cause comes before llama-server's generic "exiting due to ..." line
-            low = ln.lower()
-            if any(p in low for p in ("error loading model", "out of memory", "unable to allocate",
-                                      "failed to load", "illegal instruction", "remote rpc server")):
-                return ln.strip()
-        for ln in reversed(lines):
-            low = ln.lower()
-            if "error" in low or "failed" in low or "out of memory" in low or "exception" in low:
-                return ln.strip()
-        return lines[-1].strip() if lines else ""
+        """The child's stderr line that best says why it failed (see `cause_of`)."""
+        return cause_of(self.stderr_tail)
 
     def reset(self) -> None:
         """Forget a finished child so ensure_ready() starts a new one (e.g. with another variant)."""

@@ -10,6 +10,7 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_LOAD_FAIL=MSG         after the load delay log MSG as an error, then llama-server's own "failed to load
                              model ... exiting due to model loading error" lines, and exit FAKE_EXIT_CODE (default 1)
   FAKE_CRASH_AFTER_TOKENS=N  die abruptly (os._exit) right after the N-th generated token of the process's life
+  FAKE_CRASH_LINES=TEXT      what it writes to stderr (as is) as it crashes (default: a GGML_ASSERT line)
   FAKE_EXIT_CODE=C           exit status for the two above; a negative C kills the process with signal -C
   FAKE_IGNORE_SIGTERM=1      ignore SIGTERM (otherwise SIGTERM/SIGINT exit 0 at once)
   FAKE_TOKEN_DELAY=F         seconds before each generated token (default 0)
@@ -466,7 +467,8 @@ class FakeServer:
         self.tokens_generated += 1
         n = self.behaviour.crash_after_tokens
         if n and self.tokens_generated >= n:
-            sys.stderr.write(f"ggml/src/ggml.c:1: GGML_ASSERT(fake crash after {n} tokens) failed\n")
+            sys.stderr.write(os.environ.get("FAKE_CRASH_LINES")
+                             or f"ggml/src/ggml.c:1: GGML_ASSERT(fake crash after {n} tokens) failed\n")
             _die(self.behaviour.exit_code)
 
     def record_body(self, body: Any) -> None:
