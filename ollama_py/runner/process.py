@@ -95,10 +95,10 @@ def cause_of(lines: Iterable[str]) -> str:
     """
     parsed = []
     for raw in lines:
-        m = _LOG_PREFIX.match(raw)
-        text = raw[m.end():].strip()
+        m = _LOG_PREFIX.match(raw)  # always matches (both parts are optional)
+        text = raw[m.end():].strip() if m else raw.strip()
         if text:
-            parsed.append((m.group(1) or "", text))
+            parsed.append(((m.group(1) if m else "") or "", text))
     quiet = ("I", "D")
     for level, text in parsed:
         if level not in quiet and any(c in text.lower() for c in _CAUSES):
