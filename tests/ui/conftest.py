@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import threading
@@ -20,12 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import ROOT, create_tiny_model, fake_scheduler, make_settings
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = ROOT / "docs" / "ui"
+# How long an expectation waits for the page to show something: a bound for a slow machine, not a speed claim.
+expect.set_options(timeout=60_000)
 
 
 def chromium_path() -> str:
@@ -106,7 +110,12 @@ def _serve_in_thread(app: Any, host: str, port: int) -> tuple[asyncio.AbstractEv
 
 @pytest.fixture
 def fake_console(tmp_path: Path, tiny_gguf: Path) -> Iterator[Any]:
+    """Like `serve`, with INFO logging on (the console's live log shows what the server logs)."""
     from ollama_py.server.app import create_app
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)
 
     running: list[tuple[asyncio.AbstractEventLoop, threading.Thread]] = []
 
@@ -124,3 +133,4 @@ def fake_console(tmp_path: Path, tiny_gguf: Path) -> Iterator[Any]:
         for loop, thread in running:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(30)
+        root.setLevel(level)
