@@ -226,3 +226,22 @@ def test_lora_adapter_on_an_existing_model(live_server: LiveServer, hf_llama: Pa
     finally:
         ollama(live_server, "rm", "hf-base2")
         ollama(live_server, "rm", "hf-tuned2")
+
+
+def test_chat_template_from_tokenizer_config_becomes_the_template(live_server: LiveServer, hf_llama: Path,
+                                                                  tmp_path: Path) -> None:
+    """Older transformers keep the chat template in tokenizer_config.json instead of chat_template.jinja."""
+    d = copy_dir(hf_llama, tmp_path / "older", drop=("chat_template.jinja",))
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    result = create_from_modelfile(live_server, "hf-older", tmp_path, "FROM ./older\n")
+    try:
+        assert result.exit_code == 0, result.output
+        assert live_server.api("POST", "/api/show", json={"model": "hf-older"}).json()["template"] == template
+        r = live_server.api("POST", "/api/chat", json={
+            "model": "hf-older", "messages": [{"role": "user", "content": "hi"}], "stream": False,
+            "options": {"num_predict": 4, "temperature": 0}})
+        assert r.status_code == 200 and r.json()["done"], r.text
+    finally:
+        ollama(live_server, "rm", "hf-older")
