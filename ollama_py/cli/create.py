@@ -9,6 +9,7 @@ Blobs the server already has (HEAD /api/blobs/<digest> is 200) are not sent agai
 from __future__ import annotations
 
 import logging
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,19 @@ class CreatePlan:
 
 
 def expand_path(arg: str, base_dir: Path, home: Path) -> Path:
-    """A Modelfile path argument made absolute: `~` is `home`, relative paths start at `base_dir`."""
+    """A Modelfile path argument made absolute: `~` is `home`, `~user` that user's home directory (an unknown
+    user is an error, in Ollama's words), relative paths start at `base_dir`."""
     if arg == "~":
         return home
     if arg.startswith("~/"):
         return home / arg[2:]
+    if arg.startswith("~"):
+        user, _, rest = arg[1:].partition("/")
+        try:
+            user_home = Path(pwd.getpwnam(user).pw_dir)
+        except KeyError:
+            raise OllamaError(f"failed to find user '{user}': user: unknown user {user}") from None
+        return user_home / rest if rest else user_home
     path = Path(arg)
     return path if path.is_absolute() else base_dir / path
 
@@ -79,6 +88,8 @@ def plan_create(mf: Modelfile, base_dir: Path, home: Path, quantize: str | None 
         plan.adapters += _model_files(path)
     if mf.draft:
         path = expand_path(mf.draft, base_dir, home)
+        if path.exists() and any(path.resolve() == expand_path(arg, base_dir, home).resolve() for arg in mf.froms):
+            raise OllamaError("DRAFT must not reference the same local path as FROM")
         if path.exists():
             plan.draft_files += _model_files(path)
         else:

@@ -143,6 +143,10 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
         elif local_client and (path := Path(source).expanduser()).is_absolute() and path.is_file():
             info = _file_info(path)
             weights.append(_Weights(_media_type(info), info, path=path))
+        elif local_client and path.is_absolute() and path.is_dir():
+            for found in _ggufs_in(path):
+                info = _file_info(found)
+                weights.append(_Weights(_media_type(info), info, path=found))
         else:
             parsed = parse_name(source)  # InvalidModelName for anything that is neither name nor file
             raise ModelNotFound(parsed.short)
@@ -245,6 +249,24 @@ def _file_info(path: Path) -> GGUFInfo:
         raise _not_gguf(e) from None
     except OSError as e:
         raise BadRequest(f"cannot read {path}: {e.strerror}") from None
+
+
+def _ggufs_in(directory: Path) -> list[Path]:
+    """The GGUF files of a server-side FROM directory, as Ollama finds them: *.gguf, else *.bin files that are
+    GGUFs by their magic (a GGUF saved as model.bin). BadRequest when the directory holds no model."""
+    def is_gguf(path: Path) -> bool:
+        try:
+            with path.open("rb") as f:
+                return f.read(4) == b"GGUF"
+        except OSError:
+            return False
+
+    for pattern in ("*.gguf", "*.bin"):
+        found = sorted(p for p in directory.glob(pattern) if p.is_file() and is_gguf(p))
+        if found:
+            return found
+    raise BadRequest(f"no model found in {directory.name or directory}: the directory holds no GGUF file "
+                     "(*.gguf, or a GGUF named *.bin)")
 
 
 def _not_gguf(e: BadRequest) -> BadRequest:
