@@ -213,12 +213,25 @@ def default_scheduler(settings: Settings) -> Scheduler:
         log.info("runner variant %s (%s), devices: %s", variant, info.get("llama_cpp_version") or "unknown version",
                  ", ".join(f"{g.name} ({g.free >> 20} MiB free)" for g in gpus) or "CPU only")
 
+    # Device memory our own runners hold (their buffer report, else the plan), by runner key. Not every device
+    # reports live usage (a Vulkan driver without VK_EXT_memory_budget says free == total for ever), so free
+    # memory is never taken to be more than what was free at start less what we placed there since.
+    held: dict[str, int] = {}
+    free_at_start = sum(max(g.free - settings.gpu_overhead, 0) for g in gpus)
+
+    def track_device_memory(event: str, loaded: Any) -> None:
+        if event == "loaded":
+            held[loaded.key] = int(loaded.extra.get("actual_vram", loaded.plan.size_vram))
+        else:
+            held.pop(loaded.key, None)
+
     def free_memory(plan: LoadPlan) -> int | None:
         """Free VRAM now (minus the reserved overhead) when the plan offloads, else available RAM. Blocking (a
         device probe): the scheduler calls it in a thread."""
         if plan.size_vram and gpus:
             now = {g.uuid: g for g in runner_gpus(variant, built.get(variant), env)}
-            return sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
+            live = sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
+            return min(live, max(free_at_start - sum(dict(held).values()), 0))
         return gpu_probe.probe_system_memory().free
 
     workers = rpc.WorkerProbe(lambda: next(iter(variants.built_variants(settings.runners_dir).values()), None))
@@ -235,6 +248,7 @@ def default_scheduler(settings: Settings) -> Scheduler:
         gpu_count=len(gpus),
     )
     scheduler.listeners.append(record_actual_memory)
+    scheduler.listeners.append(track_device_memory)  # after record_actual_memory: it reads what that one read
     return scheduler
 
 
