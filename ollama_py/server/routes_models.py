@@ -188,8 +188,8 @@ def _is_local(request: web.Request) -> bool:
 
 @routes.post("/api/create")
 async def create(request: web.Request) -> web.StreamResponse:
-    from ollama_py.store.create import create_model
     from ollama_py.store.convert import find_converter
+    from ollama_py.store.create import create_model
 
     body = await read_json(request)
     name = model_name(body)
