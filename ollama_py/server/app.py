@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web.Application:
     """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server)."""
-    from ollama_py.server import openapi, routes_models, routes_native, routes_openai, routes_transfer
+    from ollama_py.server import openapi, routes_models, routes_native, routes_openai, routes_tokens, routes_transfer
     from ollama_py.server.metrics import Metrics, metrics_routes
     from ollama_py.store.lock import StoreLock
     from ollama_py.store.models import ModelStore
@@ -42,6 +42,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     app.add_routes(routes_models.routes)
     app.add_routes(routes_transfer.routes)
     app.add_routes(routes_openai.routes)
+    app.add_routes(routes_tokens.routes)
     app.add_routes(metrics_routes)
     app.add_routes(openapi.routes)
     if not settings.noui:

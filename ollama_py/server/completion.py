@@ -141,7 +141,7 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
     return prompt
 
 
-def _prompt_text(prompt: str | list[Any] | dict[str, Any]) -> str:
+def prompt_text(prompt: str | list[Any] | dict[str, Any]) -> str:
     if isinstance(prompt, dict):
         return prompt["prompt_string"]
     return prompt if isinstance(prompt, str) else prompt[-1]
@@ -205,7 +205,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         parser = None
         if req.thinks:
             opening, closing = infer_tags(req.model.template or "")
-            last = _prompt_text(prompt)
+            last = prompt_text(prompt)
             parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
         calls_parser = None
         if req.tools:  # the tag comes from rendering the template (once per template, off the loop)
@@ -285,8 +285,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         timings = final_event.get("timings", {})
         context = None
         if req.want_context:
-            prompt_text = _prompt_text(prompt)
-            prompt_tokens = await loaded.client.tokenize(prompt_text, add_special=not req.context)
+            prompt_tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
             context = [*(req.context or []), *prompt_tokens, *tokens]
         text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in text_parts)
         final = Final(

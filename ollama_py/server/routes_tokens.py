@@ -1,0 +1,116 @@
+"""The model's tokenizer over HTTP: /api/tokenize, /api/detokenize (the shapes of Ollama's open PRs for #12031)
+and Anthropic's /v1/messages/count_tokens. All go through the model's own runner (loaded on demand, kept for its
+keep-alive like any request), so the ids are the ones generation uses.
+
+    POST /api/tokenize    {"model", "text" (or "content"), "keep_alive"?, "options"?}
+                          -> {"model", "tokens": [int], "total_duration", "load_duration"}
+    POST /api/detokenize  {"model", "tokens": [int], "keep_alive"?, "options"?}
+                          -> {"model", "text", "total_duration", "load_duration"}
+    POST /v1/messages/count_tokens  Anthropic's messages request (max_tokens not needed) -> {"input_tokens": n}
+
+Tokenize adds no BOS and parses special tokens, as Ollama's runner tokenizes; count_tokens counts the prompt
+exactly as /v1/messages would send it (template, system, tools, BOS).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from ollama_py.errors import BadRequest, RunnerError
+from ollama_py.runner.client import UpstreamLost
+from ollama_py.server import anthropic_translate as ant
+from ollama_py.server.completion import CompletionRequest, build_prompt, prompt_text
+from ollama_py.server.keys import SCHEDULER
+from ollama_py.server.models import find_model, keep_alive, merged_options
+from ollama_py.server.requests import field, read_json, requested_model
+from ollama_py.server.routes_native import chat_messages
+
+routes = web.RouteTableDef()
+
+_MAX_TOKEN_ID = 2**31
+
+
+def _load_ns(loaded: Any, waited_since: float) -> int:
+    if loaded.requests_served == 0 and loaded.runner.load_duration:
+        return int(min(loaded.runner.load_duration, time.perf_counter() - waited_since) * 1e9)
+    return 0
+
+
+async def _model_for(request: web.Request, body: dict[str, Any]) -> tuple[Any, str, dict[str, Any], float | None]:
+    name, raw_name = requested_model(body)
+    ka = keep_alive(body)
+    model = await find_model(request, name, raw_name)
+    if model.model_path is None:
+        raise BadRequest(f'"{raw_name}" has no weights to tokenize with')
+    return model, raw_name, merged_options(request, model, body.get("options")), ka
+
+
+@routes.post("/api/tokenize")
+async def tokenize(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    body = await read_json(request)
+    text = field(body, "text", str)
+    if text is None:
+        text = field(body, "content", str, "")  # PR #12030's name for it
+    model, raw_name, opts, ka = await _model_for(request, body)
+    embedding = "completion" not in model.capabilities
+    async with request.app[SCHEDULER].use(model, opts, ka, embedding=embedding) as loaded:
+        try:
+            tokens = await loaded.client.tokenize(text, add_special=False) if text else []
+        except UpstreamLost as e:
+            raise RunnerError(str(e)) from None
+        load_ns = _load_ns(loaded, started)
+    return web.json_response({"model": raw_name, "tokens": tokens,
+                              "total_duration": int((time.perf_counter() - started) * 1e9),
+                              "load_duration": load_ns})
+
+
+@routes.post("/api/detokenize")
+async def detokenize(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    body = await read_json(request)
+    tokens = field(body, "tokens", list, [])
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < _MAX_TOKEN_ID for t in tokens):
+        raise BadRequest("tokens must be a list of token ids (integers from 0 to 2147483647)")
+    model, raw_name, opts, ka = await _model_for(request, body)
+    embedding = "completion" not in model.capabilities
+    async with request.app[SCHEDULER].use(model, opts, ka, embedding=embedding) as loaded:
+        try:
+            text = await loaded.client.detokenize(tokens) if tokens else ""
+        except UpstreamLost as e:
+            raise RunnerError(str(e)) from None
+        load_ns = _load_ns(loaded, started)
+    return web.json_response({"model": raw_name, "text": text,
+                              "total_duration": int((time.perf_counter() - started) * 1e9),
+                              "load_duration": load_ns})
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    """Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would send, rendered and tokenized by
+    the model's runner. Errors come in Anthropic's envelope (the path is under /v1/messages)."""
+    body = await read_json(request)
+    # count_tokens takes the messages request without max_tokens
+    params = ant.parse_messages({**body, "max_tokens": field(body, "max_tokens", int, None) or 1})
+    name, raw_name = requested_model(body)
+    model = await find_model(request, name, raw_name)
+    if "completion" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support chat')
+    if params.tools and "tools" not in model.capabilities:
+        raise BadRequest(f'"{raw_name}" does not support tools')
+    opts = merged_options(request, model, params.options)
+    think = (True if params.think is None else params.think) if "thinking" in model.capabilities else None
+    req = CompletionRequest(model=model, options=opts, keep_alive=keep_alive(body),
+                            messages=chat_messages(model, params.messages), tools=params.tools, think=think)
+    async with request.app[SCHEDULER].use(model, opts, req.keep_alive) as loaded:
+        try:
+            prompt = await build_prompt(req, loaded)
+            tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=True)
+        except UpstreamLost as e:
+            raise RunnerError(str(e)) from None
+    return web.json_response({"input_tokens": len(tokens)})
+
+
+routes.post("/v1/messages/count_tokens")(count_tokens)
