@@ -33,22 +33,31 @@ def _obj(required: tuple[str, ...] = (), **props: Any) -> dict[str, Any]:
 
 
 _STR = {"type": "string"}
+# api/names.py's grammar as one pattern: [http(s)://][[host/]namespace/]model[:tag][@sha256:<64 hex>]
+_NS, _PART = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,79}", r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}"
+MODEL_NAME_PATTERN = (rf"^(?:https?://)?(?:(?:[A-Za-z0-9_][A-Za-z0-9_.:-]{{0,349}}/)?{_NS}/)?{_PART}(?::{_PART})?"
+                      r"(?:@sha256[:-][0-9a-fA-F]{64})?$")
+DIGEST_PATTERN = r"^sha256[:-][0-9a-fA-F]{64}$"
+_NAME = {"type": "string", "pattern": MODEL_NAME_PATTERN}
 _BOOL = {"type": "boolean"}
 _INT = {"type": "integer"}
 _NUM = {"type": "number"}
 _STRS = {"type": "array", "items": _STR}
 _STR_OR_STRS = {"oneOf": [_STR, _STRS]}
-_KEEP_ALIVE = {"oneOf": [_NUM, _STR], "description": 'seconds, or a duration such as "5m"; negative = forever'}
+_GO_DURATION = r"^[+-]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+|[0-9]+)$"
+_KEEP_ALIVE = {"oneOf": [_NUM, {**_STR, "pattern": _GO_DURATION, "maxLength": 16}],
+               "description": 'seconds, or a Go duration such as "5m"; negative = forever'}
 _FORMAT = {"oneOf": [{"const": "json"}, {"type": "object"}], "description": '"json" or a JSON schema'}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": _obj(("error",), error=_STR),
-    "Options": _obj(
-        num_keep=_INT, seed=_INT, num_predict={**_INT, "minimum": -2}, top_k=_INT, top_p=_NUM, min_p=_NUM,
-        typical_p=_NUM, repeat_last_n=_INT, temperature=_NUM, repeat_penalty=_NUM, presence_penalty=_NUM,
-        frequency_penalty=_NUM, stop=_STR_OR_STRS, num_ctx={**_INT, "minimum": 0}, num_batch={**_INT, "minimum": 1},
-        num_gpu=_INT, main_gpu=_INT, use_mmap=_BOOL, num_thread={**_INT, "minimum": 0},
-    ),
+    # A null option is skipped (as Ollama's Options.FromMap skips it), so every option may be null.
+    "Options": {**_obj(**{name: {"oneOf": [schema, {"type": "null"}]} for name, schema in {
+        "num_keep": _INT, "seed": _INT, "num_predict": {**_INT, "minimum": -2}, "top_k": _INT, "top_p": _NUM,
+        "min_p": _NUM, "typical_p": _NUM, "repeat_last_n": _INT, "temperature": _NUM, "repeat_penalty": _NUM,
+        "presence_penalty": _NUM, "frequency_penalty": _NUM, "stop": _STR_OR_STRS,
+        "num_ctx": {**_INT, "minimum": 0}, "num_batch": {**_INT, "minimum": 1}, "num_gpu": _INT, "main_gpu": _INT,
+        "use_mmap": _BOOL, "num_thread": {**_INT, "minimum": 0}}.items()})},
     "ToolCall": _obj(("function",), id=_STR, function=_obj(("name",), index=_INT, name=_STR,
                                                                arguments={"type": "object"})),
     "Message": _obj(("role",), role={"enum": ["system", "user", "assistant", "tool"]}, content=_STR,
@@ -57,69 +66,73 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Tool": _obj(("type", "function"), type={"const": "function"},
                  function=_obj(("name",), name=_STR, description=_STR, parameters={"type": "object"})),
     "GenerateRequest": _obj(
-        ("model",), model=_STR, prompt=_STR, suffix=_STR, system=_STR, template=_STR,
+        ("model",), model=_NAME, prompt=_STR, suffix=_STR, system=_STR, template=_STR,
         context={"type": "array", "items": _INT}, stream=_BOOL, raw=_BOOL, format=_FORMAT, images=_STRS,
         keep_alive=_KEEP_ALIVE, options=_ref("Options"), think={"oneOf": [_BOOL, _STR]}, truncate=_BOOL,
         shift=_BOOL, logprobs=_BOOL, top_logprobs={**_INT, "minimum": 0, "maximum": 20},
     ),
     "ChatRequest": _obj(
-        ("model",), model=_STR, messages={"type": "array", "items": _ref("Message")},
+        ("model",), model=_NAME, messages={"type": "array", "items": _ref("Message")},
         tools={"type": "array", "items": _ref("Tool")}, stream=_BOOL, format=_FORMAT, keep_alive=_KEEP_ALIVE,
         options=_ref("Options"), think={"oneOf": [_BOOL, _STR]}, truncate=_BOOL, shift=_BOOL, logprobs=_BOOL,
         top_logprobs={**_INT, "minimum": 0, "maximum": 20},
     ),
-    "EmbedRequest": _obj(("model",), model=_STR, input=_STR_OR_STRS, truncate=_BOOL,
+    "EmbedRequest": _obj(("model",), model=_NAME, input=_STR_OR_STRS, truncate=_BOOL,
                          dimensions={**_INT, "minimum": 1}, keep_alive=_KEEP_ALIVE, options=_ref("Options")),
-    "EmbeddingsRequest": _obj(("model",), model=_STR, prompt=_STR, keep_alive=_KEEP_ALIVE,
+    "EmbeddingsRequest": _obj(("model",), model=_NAME, prompt=_STR, keep_alive=_KEEP_ALIVE,
                               options=_ref("Options")),
-    "ModelRequest": _obj(("model",), model=_STR, name={**_STR, "deprecated": True}),
-    "ShowRequest": _obj(("model",), model=_STR, verbose=_BOOL, system=_STR, template=_STR,
+    "ModelRequest": _obj(("model",), model=_NAME, name={**_NAME, "deprecated": True}),
+    "ShowRequest": _obj(("model",), model=_NAME, verbose=_BOOL, system=_STR, template=_STR,
                         options=_ref("Options")),
-    "CopyRequest": _obj(("source", "destination"), source=_STR, destination=_STR),
+    "CopyRequest": _obj(("source", "destination"), source=_NAME, destination=_NAME),
     "CreateRequest": _obj(
-        ("model",), model=_STR, **{"from": _STR},
-        files={"type": "object", "additionalProperties": {**_STR, "pattern": "^sha256:[0-9a-f]{64}$"}},
-        adapters={"type": "object", "additionalProperties": {**_STR, "pattern": "^sha256:[0-9a-f]{64}$"}},
+        ("model",), model=_NAME, **{"from": _STR},
+        files={"type": "object", "additionalProperties": {**_STR, "pattern": DIGEST_PATTERN}},
+        adapters={"type": "object", "additionalProperties": {**_STR, "pattern": DIGEST_PATTERN}},
         template=_STR, system=_STR, license=_STR_OR_STRS, parameters={"type": "object"},
         messages={"type": "array", "items": _ref("Message")}, quantize=_STR, stream=_BOOL,
     ),
-    "TransferRequest": _obj(("model",), model=_STR, insecure=_BOOL, stream=_BOOL),
-    "TokenizeRequest": _obj(("model",), model=_STR, text=_STR, content={**_STR, "description": "alias of text"},
+    "TransferRequest": _obj(("model",), model=_NAME, insecure=_BOOL, stream=_BOOL),
+    "TokenizeRequest": _obj(("model",), model=_NAME, text=_STR, content={**_STR, "description": "alias of text"},
                             keep_alive=_KEEP_ALIVE, options=_ref("Options")),
-    "DetokenizeRequest": _obj(("model", "tokens"), model=_STR,
+    "DetokenizeRequest": _obj(("model", "tokens"), model=_NAME,
                               tokens={"type": "array", "items": {**_INT, "minimum": 0, "maximum": 2**31 - 1}},
                               keep_alive=_KEEP_ALIVE, options=_ref("Options")),
     "OpenAIChatRequest": _obj(
-        ("model", "messages"), model=_STR,
-        messages={"type": "array", "items": _obj(
+        ("model", "messages"), model=_NAME,
+        messages={"type": "array", "minItems": 1, "items": _obj(
             ("role",), role={"enum": ["system", "developer", "user", "assistant", "tool"]},
             content={"oneOf": [_STR, {"type": "array"}]}, name=_STR, tool_call_id=_STR)},
         stream=_BOOL, stream_options=_obj(include_usage=_BOOL), max_tokens=_INT, max_completion_tokens=_INT,
         temperature=_NUM, top_p=_NUM, seed=_INT, stop=_STR_OR_STRS, frequency_penalty=_NUM,
         presence_penalty=_NUM, response_format={"type": "object"}, tools={"type": "array"}, logprobs=_BOOL,
-        top_logprobs=_INT, reasoning_effort=_STR,
+        top_logprobs={**_INT, "minimum": 0, "maximum": 20}, reasoning_effort=_STR,
     ),
     "OpenAICompletionRequest": _obj(
-        ("model", "prompt"), model=_STR, prompt=_STR, suffix=_STR, stream=_BOOL,
+        ("model", "prompt"), model=_NAME, prompt=_STR, suffix=_STR, stream=_BOOL,
         stream_options=_obj(include_usage=_BOOL), max_tokens=_INT, temperature=_NUM, top_p=_NUM, seed=_INT,
-        stop=_STR_OR_STRS, frequency_penalty=_NUM, presence_penalty=_NUM, logprobs=_INT,
+        stop=_STR_OR_STRS, frequency_penalty=_NUM, presence_penalty=_NUM,
+        logprobs={**_INT, "minimum": 0, "maximum": 20},
     ),
-    "OpenAIEmbeddingRequest": _obj(("model", "input"), model=_STR, input=_STR_OR_STRS,
-                                   encoding_format={"enum": ["float", "base64"]}, dimensions=_INT),
+    "OpenAIEmbeddingRequest": _obj(("model", "input"), model=_NAME, input=_STR_OR_STRS,
+                                   encoding_format={"enum": ["float", "base64"]},
+                                   dimensions={**_INT, "minimum": 1}),
     "OpenAIResponsesRequest": _obj(
-        ("model", "input"), model=_STR, input={"oneOf": [_STR, {"type": "array", "items": {"type": "object"}}]},
+        ("model", "input"), model=_NAME,
+        input={"oneOf": [{**_STR, "minLength": 1}, {"type": "array", "minItems": 1, "items": {"type": "object"}}]},
         instructions=_STR, stream=_BOOL, temperature=_NUM, top_p=_NUM, max_output_tokens=_INT,
         tools={"type": "array"}, reasoning={"type": "object"}, text={"type": "object"},
     ),
     "AnthropicMessagesRequest": _obj(
-        ("model", "max_tokens", "messages"), model=_STR, max_tokens={**_INT, "minimum": 1},
-        messages={"type": "array", "items": _obj(("role", "content"), role={"enum": ["user", "assistant"]},
-                                                 content={"oneOf": [_STR, {"type": "array"}]})},
+        ("model", "max_tokens", "messages"), model=_NAME, max_tokens={**_INT, "minimum": 1},
+        messages={"type": "array", "minItems": 1, "items": _obj(("role", "content"),
+                                                                role={"enum": ["user", "assistant"]},
+                                                                content={"oneOf": [_STR, {"type": "array"}]})},
         system={"oneOf": [_STR, {"type": "array"}]}, stream=_BOOL, temperature=_NUM, top_p=_NUM, top_k=_INT,
         stop_sequences=_STRS, tools={"type": "array"}, thinking={"type": "object"},
     ),
     "AnthropicCountTokensRequest": _obj(
-        ("model", "messages"), model=_STR,
+        ("model", "messages"), model=_NAME,
         messages={"type": "array", "items": _obj(("role", "content"), role={"enum": ["user", "assistant"]},
                                                  content={"oneOf": [_STR, {"type": "array"}]})},
         system={"oneOf": [_STR, {"type": "array"}]}, tools={"type": "array"}, thinking={"type": "object"},
@@ -134,11 +147,12 @@ class Operation:
     summary: str
     request: str | None = None  # a schema name in SCHEMAS (application/json body)
     streams: str | None = None  # "ndjson" | "sse": the response may be a stream
+    text: str | None = None  # the 200 is this text/* media type rather than JSON
     raw_body: bool = False  # application/octet-stream body (blob upload)
 
 
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("get", "/", "Health check: `Ollama is running`"),
+    Operation("get", "/", "Health check: `Ollama is running`", text="text/plain"),
     Operation("get", "/api/version", "Server version"),
     Operation("post", "/api/generate", "Generate a completion", "GenerateRequest", "ndjson"),
     Operation("post", "/api/chat", "Chat", "ChatRequest", "ndjson"),
@@ -165,14 +179,17 @@ OPERATIONS: tuple[Operation, ...] = (
               "AnthropicCountTokensRequest"),
     Operation("post", "/api/tokenize", "Text to the model's token ids", "TokenizeRequest"),
     Operation("post", "/api/detokenize", "The model's token ids to text", "DetokenizeRequest"),
-    Operation("get", "/metrics", "Prometheus metrics"),
+    Operation("get", "/metrics", "Prometheus metrics", text="text/plain"),
     Operation("get", "/openapi.json", "This document"),
 )
 
 
+_PATH_PARAMS = {"digest": {**_STR, "pattern": DIGEST_PATTERN}, "model": _NAME}
+
+
 def _parameters(path: str) -> list[dict[str, Any]]:
     names = [part[1:-1] for part in path.split("/") if part.startswith("{") and part.endswith("}")]
-    return [{"name": n, "in": "path", "required": True, "schema": _STR} for n in names]
+    return [{"name": n, "in": "path", "required": True, "schema": _PATH_PARAMS.get(n, _STR)} for n in names]
 
 
 def _error_responses(path: str) -> dict[str, Any]:
@@ -184,7 +201,9 @@ def _error_responses(path: str) -> dict[str, Any]:
 
 def _operation(op: Operation) -> dict[str, Any]:
     ok: dict[str, Any] = {"description": "success"}
-    if op.method != "head":
+    if op.text is not None:
+        ok["content"] = {op.text: {"schema": {"type": "string"}}}
+    elif op.method != "head":
         content: dict[str, Any] = {"application/json": {"schema": {}}}
         if op.streams == "ndjson":
             content["application/x-ndjson"] = {"schema": {"type": "string"}}
