@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ollama_py.errors import BadRequest, NotFound, OllamaError
+from ollama_py.runner.process import pdeathsig_preexec
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.store.gguf_meta import GGUFInfo
 from ollama_py.store.models import ModelStore
@@ -300,8 +301,11 @@ def _run(argv: list[str], cwd: Path, architecture: str) -> Generator[dict, None,
     env.pop("NO_LOCAL_GGUF", None)  # the converter's own gguf-py, not an older installed wheel
     log.info("converting: %s", argv)
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+    # Its own process group (stopped whole below) that dies with us, as a runner does: a converter left behind by
+    # a killed server would go on writing into the blobs directory.
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=pdeathsig_preexec)  # noqa: PLW1509 - a prctl call, async-signal-safe
     assert proc.stdout is not None
     try:
         buf = b""
