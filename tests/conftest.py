@@ -42,7 +42,8 @@ def required_path(var: str) -> Path:
 
 
 def write_tiny_gguf(path: Path, *, arch: str = "llama", blocks: int = 2, embd: int = 64, vocab: int = 32,
-                    ctx: int = 2048, chat_template: str | None = None, dtype: Any = np.float32) -> Path:
+                    ctx: int = 2048, chat_template: str | None = None, dtype: Any = np.float32,
+                    scores: bool = False) -> Path:
     import gguf
 
     w = gguf.GGUFWriter(str(path), arch)
@@ -57,6 +58,8 @@ def write_tiny_gguf(path: Path, *, arch: str = "llama", blocks: int = 2, embd: i
     w.add_file_type(0 if dtype == np.float32 else 1)
     w.add_tokenizer_model("gpt2")
     w.add_token_list([f"t{i}" for i in range(vocab)])
+    if scores:  # as real vocabularies have them: a float per token
+        w.add_token_scores([-i / 7 for i in range(vocab)])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     if chat_template:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from typing import Any
@@ -13,11 +14,14 @@ from ollama_py.api.names import ModelName
 from ollama_py.api.options import validate_options
 from ollama_py.config import parse_duration
 from ollama_py.errors import BadRequest, ModelNotFound
+from ollama_py.scheduler.factory import model_shape
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.keys import SETTINGS, STORE
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.server.rendering import warm_template
 from ollama_py.store.models import rfc3339 as store_rfc3339
+
+log = logging.getLogger(__name__)
 
 
 async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
@@ -26,7 +30,7 @@ async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
     model = store.peek(name)  # unchanged since last time: no thread hop, no file reads
     if model is None:
         try:
-            model = await asyncio.to_thread(store.load, name)
+            model = await asyncio.to_thread(_load, store, name)
         except ModelNotFound:
             raise ModelNotFound(raw) from None
     _, at, digest = raw.partition("@")
@@ -34,6 +38,18 @@ async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
         raise ModelNotFound(raw)  # name@sha256:<digest> names one version of the model: another one is not it
     current_stats().note_model(model)  # the access log and /metrics label requests with it
     await warm_template(model.template)  # its capabilities read the parsed template on the loop
+    return model
+
+
+def _load(store: Any, name: ModelName) -> Any:
+    """(In a thread.) The stored model, with its weights' shape read into the scheduler's cache here: the load
+    plan reads it on the event loop, and a large vocabulary takes most of a second to parse."""
+    model = store.load(name)
+    if model.model_path is not None:
+        try:
+            model_shape(model.model_path)
+        except Exception as exc:  # noqa: BLE001 - the plan reads it again and reports what is wrong
+            log.debug("reading the shape of %s: %s", model.model_path, exc)
     return model
 
 
