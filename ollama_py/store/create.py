@@ -364,9 +364,9 @@ def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune:
         if w.convert is not None:  # the model comes before its adapter: an adapter converts against it
             model = next(m for m in plan.weights if m.media_type == MEDIA_MODEL)
             base = model.convert if model is not w else None
-            existed = set(store.blobs.digests())
+            blobs_before = store.blobs.digests()
             w.digest = yield from w.convert.convert(store, base=base, base_info=None if base else model.info)
-            if canonical_digest(w.digest) not in existed:
+            if canonical_digest(w.digest) not in blobs_before:
                 new_blobs.add(canonical_digest(w.digest))
             w.info = store.blob_info(w.digest)
             continue
