@@ -169,7 +169,7 @@ class Settings:
     load_timeout: float = 300.0
     request_timeout: float = 600.0  # a runner silent this long mid-request is hung: killed, the request fails
     max_loaded_models: int = 0  # 0 = auto (3 per GPU, 3 on CPU)
-    num_parallel: int = 1
+    num_parallel: int = 0  # 0 = auto: 4 slots where memory allows, else 1 (scheduler/policy.choose_parallel)
     max_queue: int = 512
     context_length: int = 4096
     origins: tuple[str, ...] = ()
@@ -223,7 +223,7 @@ class Settings:
             load_timeout=load_timeout,
             request_timeout=request_timeout,
             max_loaded_models=_uint(env, "OLLAMA_MAX_LOADED_MODELS", 0),
-            num_parallel=max(_uint(env, "OLLAMA_NUM_PARALLEL", 1), 1),
+            num_parallel=_uint(env, "OLLAMA_NUM_PARALLEL", 0),
             max_queue=_uint(env, "OLLAMA_MAX_QUEUE", 512),
             context_length=_uint(env, "OLLAMA_CONTEXT_LENGTH", 0) or 4096,
             origins=tuple(o.strip() for o in _var(env, "OLLAMA_ORIGINS").split(",") if o.strip()),

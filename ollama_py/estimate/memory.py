@@ -290,8 +290,12 @@ def estimate(
     flash_attn: bool = False,
     projector_bytes: int = 0,
     cpu_repack: bool = False,
+    kv_unified: bool = False,
 ) -> Estimate:
     """What llama-server allocates for `-c num_ctx*num_parallel -np num_parallel -ub num_batch`.
+
+    `kv_unified` (`--kv-unified`): one cache of num_ctx*num_parallel cells that every sequence sees whole,
+    instead of a stream of num_ctx cells per sequence; the KV bytes barely change, the mask grows with the pool.
 
     Quantized KV types need flash attention in llama.cpp; without it the cache is f16 (Ollama does the same),
     so pass the kv_type you will actually give llama-server together with the flash_attn you give it.
@@ -303,14 +307,21 @@ def estimate(
         kv_type = "f16"
     parallel = max(num_parallel, 1)
     requested = max(num_ctx, 1) * parallel
-    # llama.cpp: n_ctx padded to 256; each sequence gets its own stream of pad(n_ctx/n_seq) cells.
-    n_ctx_seq = _pad(_pad(requested) // parallel)
-    cells = n_ctx_seq * parallel
+    # llama.cpp: n_ctx padded to 256; each sequence gets its own stream of pad(n_ctx/n_seq) cells, or with a
+    # unified cache one stream of all of them.
+    n_ctx_seq = _pad(requested) if kv_unified else _pad(_pad(requested) // parallel)
+    cells = n_ctx_seq if kv_unified else n_ctx_seq * parallel
+    streams = 1 if kv_unified else parallel
     n_batch = min(num_batch, requested)  # n_ubatch = min(n_batch, n_ctx as requested)
     per_elem = KV_BYTES[kv_type]
 
     layer_kv = []
-    swa_cells = _pad(min(n_ctx_seq, shape.sliding_window + n_batch)) * parallel if shape.sliding_window else cells
+    if not shape.sliding_window:
+        swa_cells = cells
+    elif kv_unified:  # llama_kv_cache_iswa: n_swa * n_seq + n_ubatch cells in the one stream
+        swa_cells = _pad(min(cells, shape.sliding_window * parallel + n_batch))
+    else:
+        swa_cells = _pad(min(n_ctx_seq, shape.sliding_window + n_batch)) * parallel
     for il in range(shape.block_count):
         n_kv_heads = shape.head_count_kv[il] if il < len(shape.head_count_kv) else 0
         width = n_kv_heads * (shape.key_length + shape.value_length)
@@ -327,7 +338,7 @@ def estimate(
     else:
         ffn = 3 * shape.feed_forward_length
     per_token = [ffn + 3 * n_embd + max(n_embd, q_dim)]
-    mask_cells = n_kv + (swa_cells // parallel if any(shape.swa_layers) else 0)  # one mask per cache
+    mask_cells = n_kv + (swa_cells // streams if any(shape.swa_layers) else 0)  # one mask per cache
     if flash_attn:
         mask = mask_cells * n_batch * 2  # f16
     else:

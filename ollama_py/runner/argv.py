@@ -37,7 +37,12 @@ MEDIA_MARKER = "<__media__>"
 
 
 def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
-    """argv for llama-server: always loopback, no web UI, offline; the context is shared by the slots."""
+    """argv for llama-server: always loopback, no web UI, offline.
+
+    Several slots share one unified KV cache of num_ctx * parallel cells (as llama-server's own default,
+    `-np auto`, does), each slot capped at num_ctx (`--kv-unified-per-slot`): a request's num_ctx means what
+    it means with one slot, and the slots together can never overrun the pool (a full unified cache fails every
+    running request at once in llama-server)."""
     argv = [
         str(binary),
         "--model", str(spec.model),
@@ -51,6 +56,8 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         # to report real memory use (estimate/memory.parse_llama_server_buffers)
         "-lv", "4",
     ]
+    if spec.parallel > 1:
+        argv += ["--kv-unified", "--kv-unified-per-slot", str(spec.num_ctx)]
     if spec.num_batch:
         argv += ["-b", str(spec.num_batch), "-ub", str(spec.num_batch)]
     if spec.n_gpu_layers is not None:

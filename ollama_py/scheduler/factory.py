@@ -21,6 +21,7 @@ from ollama_py.estimate import memory
 from ollama_py.runner import rpc, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess, RunnerState
+from ollama_py.scheduler import policy
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 
 log = logging.getLogger(__name__)
@@ -57,25 +58,40 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
               workers_free: Callable[[tuple[str, ...]], dict[str, int]] = lambda servers: {}) -> LoadPlan:
     """How to load `model` for a request with these options: context, slots, GPU layers, memory.
 
+    Slots: OLLAMA_NUM_PARALLEL, or 4 where a load with 4 fits in free memory, else 1 (policy.choose_parallel);
+    each slot gets the full num_ctx, in one unified KV cache (runner/argv.build_argv).
+
     workers_free(servers) is the free memory of each of those RPC workers that answered ({endpoint: bytes})."""
     shape = _shape_of_stored(model)
     num_ctx = int(options.get("num_ctx") or settings.context_length)
     num_ctx = max(num_ctx, 4)
     if shape.context_length:
         num_ctx = min(num_ctx, shape.context_length)
-    parallel = 1 if embedding else settings.num_parallel
     num_batch = options.get("num_batch")
     if embedding:
         num_batch = num_ctx
     num_gpu = int(options.get("num_gpu", -1) if options.get("num_gpu") is not None else -1)
     kv_type = settings.kv_cache_type or "f16"
-    est = memory.estimate(shape, num_ctx=num_ctx, num_parallel=parallel, num_batch=num_batch or 512,
-                          kv_type=kv_type,
-                          # unset means llama-server's "auto", which turns flash attention on where supported
-                          flash_attn=settings.flash_attention != "off")
-    placement = memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
-                             spread=settings.sched_spread, overhead=settings.gpu_overhead,
-                             system_free=system_free)
+
+    def load_with(slots: int) -> tuple[memory.Estimate, memory.Placement]:
+        est = memory.estimate(shape, num_ctx=num_ctx, num_parallel=slots, num_batch=num_batch or 512,
+                              kv_type=kv_type, kv_unified=slots > 1,  # as build_argv starts it
+                              # unset means llama-server's "auto", which turns flash attention on where supported
+                              flash_attn=settings.flash_attention != "off")
+        return est, memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
+                                 spread=settings.sched_spread, overhead=settings.gpu_overhead,
+                                 system_free=system_free)
+
+    def fits(slots: int) -> bool:
+        """All of it in free memory: every layer on the GPUs where there are GPUs to use, else in free RAM."""
+        _, placement = load_with(slots)
+        if gpus and num_gpu != 0:
+            return bool(placement.size_vram) and placement.n_gpu_layers >= shape.block_count + 1 and placement.fits
+        return placement.size <= system_free
+
+    parallel = policy.choose_parallel(settings.num_parallel, embedding=embedding, architecture=shape.architecture,
+                                      fits=fits)
+    est, placement = load_with(parallel)
     rpc_servers = rpc.workers_for(options.get("rpc_servers"), settings.rpc_servers)  # Modelfile PARAMETER
     n_gpu_layers = placement.n_gpu_layers
     size, size_vram = placement.size, placement.size_vram

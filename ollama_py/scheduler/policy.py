@@ -6,10 +6,17 @@ No event loop and no logging here: callers pass the state in and act on the answ
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 DEFAULT_MODELS_PER_GPU = 3
+DEFAULT_PARALLEL = 4  # slots per model when OLLAMA_NUM_PARALLEL is unset and memory allows (Ollama <= 0.5)
+# Architectures Ollama always runs with one slot: recurrent or hybrid state per sequence, or vision models whose
+# runner cannot batch sequences.
+ONE_SLOT_ARCHITECTURES = frozenset({
+    "mllama", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "nemotron_h",
+    "nemotron_h_moe", "nemotron_h_omni",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +33,17 @@ class Resident:
 def max_runners(setting: int, gpu_count: int) -> int:
     """OLLAMA_MAX_LOADED_MODELS, or 3 per GPU (3 on CPU) when unset (0)."""
     return setting if setting > 0 else DEFAULT_MODELS_PER_GPU * max(gpu_count, 1)
+
+
+def choose_parallel(setting: int, *, embedding: bool, architecture: str, fits: Callable[[int], bool]) -> int:
+    """Slots for a new runner: OLLAMA_NUM_PARALLEL when set (> 0); else 4 when a load with 4 slots `fits`
+    (all layers on the GPUs, or in free RAM on the CPU), else 1. Embedding runners and ONE_SLOT_ARCHITECTURES
+    always get one, as in Ollama."""
+    if embedding or architecture in ONE_SLOT_ARCHITECTURES:
+        return 1
+    if setting > 0:
+        return setting
+    return DEFAULT_PARALLEL if fits(DEFAULT_PARALLEL) else 1
 
 
 def choose_victim(loaded: Sequence[Resident]) -> Resident | None:

@@ -341,8 +341,7 @@ async def test_client_hanging_up_mid_stream_frees_the_slot_at_once(path: str, bo
                                                                    aiohttp_client: Any) -> None:
     """One slot (OLLAMA_NUM_PARALLEL=1) and an endless generation: the next request can only finish if the
     abandoned one was stopped, upstream included."""
-    settings, app = fake_app(ENDLESS)
-    assert settings.num_parallel == 1
+    settings, app = fake_app(ENDLESS, num_parallel=1)
     client = await aiohttp_client(app)
     resp = await client.post(path, json=body)
     assert resp.status == 200

@@ -181,6 +181,11 @@ GEMMA3 = ModelShape(
         pytest.param(SMOLLM2, dict(num_ctx=4096, num_batch=256), 90.00, 43.19, id="smollm2-ub256-no-fa"),
         pytest.param(SMOLLM2, dict(num_ctx=4096, num_parallel=2, flash_attn=True), 180.00, 17.51, id="smollm2-np2"),
         pytest.param(SMOLLM2, dict(num_ctx=2048, num_parallel=4, flash_attn=True), 180.00, 15.51, id="smollm2-np4"),
+        # -kvu --kv-unified-per-slot (the default slots, issue 25): one stream of all the cells, seen whole
+        pytest.param(SMOLLM2, dict(num_ctx=4096, num_parallel=4, flash_attn=True, kv_unified=True), 360.00, 29.51,
+                     id="smollm2-np4-unified"),
+        pytest.param(SMOLLM2, dict(num_ctx=4096, num_parallel=2, kv_unified=True), 180.00, 166.38,
+                     id="smollm2-np2-unified-no-fa"),
         pytest.param(SMOLLM2, dict(num_ctx=4096, kv_type="q8_0", flash_attn=True), 47.81, 16.42, id="smollm2-q8_0"),
         pytest.param(SMOLLM2, dict(num_ctx=4096, kv_type="q4_0", flash_attn=True), 25.31, 16.42, id="smollm2-q4_0"),
         pytest.param(GEMMA3, dict(num_ctx=4096, flash_attn=True), 27.00, 22.77, id="gemma3-c4096-fa"),

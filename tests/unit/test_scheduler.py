@@ -34,7 +34,7 @@ def make_scheduler(tmp_path: Path, fake_env: dict[str, str] | None = None, stop_
 
     def plan(model: FakeModel, options: dict, embedding: bool) -> LoadPlan:
         num_ctx = int(options.get("num_ctx") or 2048)
-        spec = LaunchSpec(model=model.model_path, num_ctx=num_ctx, parallel=settings.num_parallel,
+        spec = LaunchSpec(model=model.model_path, num_ctx=num_ctx, parallel=settings.num_parallel or 1,
                           embedding=embedding)
         return LoadPlan(key=f"{model.model_path}|{embedding}", spec=spec, load_options={"num_ctx": num_ctx},
                         size=1000, context_length=num_ctx)
