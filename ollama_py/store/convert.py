@@ -269,11 +269,20 @@ _HF_ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "
             "mistral": "MistralForCausalLM"}
 
 
+def check_adapter_base(info: GGUFInfo) -> None:
+    """BadRequest unless a LoRA's base given as a GGUF (a model in the store) is one whose config.json can be made
+    from its metadata; a base given as Hugging Face files in the same create always does."""
+    if info.architecture not in _HF_ARCH:
+        raise BadRequest("converting a safetensors adapter needs its base model's config.json: create it FROM the "
+                         "base model's Hugging Face directory, with the ADAPTER line (the base's architecture "
+                         f"{info.architecture or 'unknown'!r} has no config.json of its own)")
+
+
 def _write_base_config(base_dir: Path, info: GGUFInfo | None) -> None:
-    arch = info.architecture if info is not None else ""
-    if info is None or arch not in _HF_ARCH:
-        raise BadRequest("converting a safetensors adapter needs its base model's config.json: create it FROM "
-                         f"the base model's Hugging Face directory (base architecture {arch or 'unknown'!r})")
+    if info is None:
+        raise BadRequest("converting a safetensors adapter needs its base model")
+    check_adapter_base(info)
+    arch = info.architecture
 
     def kv(key: str, default: object = None) -> object:
         return info.kv.get(f"{arch}.{key}", default)
@@ -347,4 +356,5 @@ def _failure(rc: int, tail: list[str], architecture: str) -> OllamaError:
     return OllamaError(f"converting model failed (exit status {rc}): {detail[-1500:]}")
 
 
-__all__ = ["Converter", "HFSource", "find_converter", "hf_source", "known_architectures", "missing_packages"]
+__all__ = ["Converter", "HFSource", "check_adapter_base", "find_converter", "hf_source", "known_architectures",
+           "missing_packages"]

@@ -37,7 +37,7 @@ from ollama_py.errors import (
     BadRequest, InvalidModelName, InvalidOption, ModelNotFound, NotFound, RequestCanceled, TemplateError,
 )
 from ollama_py.store.blobs import canonical_digest
-from ollama_py.store.convert import Converter, HFSource, hf_source
+from ollama_py.store.convert import Converter, HFSource, check_adapter_base, hf_source
 from ollama_py.store.gguf_meta import GGUFInfo, file_type_name, read_gguf_info
 from ollama_py.store.manifests import (
     CONFIG_V1,
@@ -172,6 +172,8 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
         raise BadRequest("no model file was provided")
     if len(models) > 1:
         raise BadRequest("split GGUF models are not supported: give one model file")
+    if models[0].convert is None and any(w.convert is not None for w in weights):
+        check_adapter_base(models[0].info)  # a safetensors adapter on a GGUF base
     if quantize is not None and models[0].convert is None and models[0].info.file_type not in _QUANTIZABLE:
         raise BadRequest("quantization is only supported for F16, BF16 and F32 models")
 

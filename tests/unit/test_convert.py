@@ -13,6 +13,7 @@ from ollama_py.errors import BadRequest
 from ollama_py.store.convert import Converter, find_converter, known_architectures
 from ollama_py.store.create import create_model
 from ollama_py.store.models import ModelStore
+from tests.fakes.gguf_files import write_gguf, write_llama_gguf
 
 SAFETENSORS = b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "
 
@@ -95,3 +96,26 @@ def test_an_adapter_needs_its_peft_config(store: ModelStore, converter: Converte
            "adapters": files(store, adapter_model__safetensors=SAFETENSORS)}
     with pytest.raises(BadRequest, match="adapter_config.json is missing"):
         create(store, req, converter)
+
+
+def lora_files(store: ModelStore) -> dict[str, str]:
+    return files(store, adapter_model__safetensors=SAFETENSORS,
+                 adapter_config__json={"peft_type": "LORA", "r": 4, "lora_alpha": 8})
+
+
+def test_an_adapter_on_a_gguf_base_whose_config_can_be_made(store: ModelStore, converter: Converter,
+                                                             tmp_path: Path) -> None:
+    base = store.blobs.write_file(write_llama_gguf(tmp_path / "base.gguf"))[0]
+    # checked and planned; the conversion itself (with a config.json made from the GGUF) runs when iterated
+    create_model(store, parse_name("tuned"), {"files": {"base.gguf": base}, "adapters": lora_files(store)},
+                 converter=converter)
+
+
+def test_an_adapter_on_a_gguf_base_of_another_family_is_refused_up_front(store: ModelStore, converter: Converter,
+                                                                          tmp_path: Path) -> None:
+    base = store.blobs.write_file(write_gguf(tmp_path / "phi.gguf", "phi2", {"phi2.block_count": 2}))[0]
+    with pytest.raises(BadRequest, match=r"needs its base model's config.json: create it FROM the base model's "
+                                         r"Hugging Face directory, with the ADAPTER line \(the base's architecture "
+                                         r"'phi2' has no config.json of its own\)"):
+        create_model(store, parse_name("tuned"), {"files": {"phi.gguf": base}, "adapters": lora_files(store)},
+                     converter=converter)
