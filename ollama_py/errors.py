@@ -6,6 +6,7 @@
     │   ├── InvalidOption                     400  option "x" must be of type ...
     │   ├── DigestMismatch                    400  digest mismatch, expected ..., got ...
     │   ├── ModelfileError(line, msg)         400  "(line N): msg"
+    │   ├── ContextExceeded(n_prompt, n_ctx)  400  the runner's "request (N tokens) exceeds the available context"
     │   └── TemplateError                     400  a template we cannot render, naming the construct
     ├── Forbidden                             403
     ├── NotFound                              404
@@ -60,6 +61,15 @@ class ModelfileError(BadRequest):
 
 class TemplateError(BadRequest):
     pass
+
+
+class ContextExceeded(BadRequest):
+    """llama-server refused a prompt longer than a slot's context; the gateway truncates and retries, or refuses."""
+
+    def __init__(self, message: str, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
 
 
 class Forbidden(OllamaError):

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ollama_py import fastjson
-from ollama_py.errors import BadRequest, RunnerError
+from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
 
 _HIGH_WATER, _LOW_WATER = 256, 32  # events queued before reading pauses / resumes (a slow client)
 _MAX_HEAD = 64 * 1024
@@ -40,12 +40,15 @@ class RunnerStalled(RunnerError):
 
 def error_from(status: int, text: str) -> RunnerError:
     """llama-server's error body ({"error": {"message": ...}} or plain text) as our error."""
+    err: Any = None
     try:
         err = json.loads(text).get("error", text)
         message = err.get("message", text) if isinstance(err, dict) else str(err)
     except (ValueError, AttributeError):
         message = text
     if status == 400:
+        if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
+            return ContextExceeded(message, int(err.get("n_prompt_tokens") or 0), int(err.get("n_ctx") or 0))
         return BadRequest(message)
     return RunnerError(f"llama-server {status}: {message}")
 

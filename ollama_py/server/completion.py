@@ -7,6 +7,7 @@ yields Delta events followed by one Final. Translation to NDJSON / SSE happens a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -14,13 +15,21 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ollama_py.errors import BadRequest, RunnerError
-from ollama_py.runner.argv import MEDIA_MARKER
+from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
 from ollama_py.runner import sse
+from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.rendering import render_off_loop
+from ollama_py.server.truncation import (
+    TOO_LONG,
+    Fitted,
+    cut_tokens,
+    droppable,
+    log_truncation,
+    room_to_generate,
+)
 from ollama_py.template.thinking import ThinkingParser, infer_tags
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
 
@@ -61,6 +70,7 @@ class CompletionRequest:
     think: bool | str | None = None  # passed to the template; true or a level also splits off the thinking
     started: float = field(default_factory=time.perf_counter)
     lane: Any = None  # server.streaming.Lane: where plain tokens' text may be written directly, once bound
+    truncate: bool = True  # a prompt longer than the context is cut to fit (False: refused with a 400)
 
     @property
     def thinks(self) -> bool:
@@ -92,6 +102,7 @@ class Final:
     cache_n: int = 0
     stop_word: str | None = None  # the stop sequence that ended the text (Anthropic's stop_sequence)
     thinking: str = ""
+    prompt_truncated: int = 0  # prompt tokens dropped to fit the context (server/truncation.py)
 
 
 def completion_body(options: dict[str, Any], fmt: Any) -> dict[str, Any]:
@@ -239,52 +250,63 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
                 text_parts.append(content)
             return True
 
-        try:
-            async for event in loaded.client.stream("/completion", body, tap):
-                stats.first_output()
-                stop = event.get("stop")
-                if stop:
-                    final_event = event
-                content = event.get("content", "")
-                if req.want_context and event.get("tokens") and not stop:
-                    tokens.extend(event["tokens"])
-                if parser is None and calls_parser is None:
-                    probs = None if stop else event.get("completion_probabilities")
-                    if content or probs:
-                        text_parts.append(content)
-                        yield Delta(content, event.get("tokens"), probs)
-                        # Resumed: the consumer has written that chunk, so the headers are out and the lane is
-                        # bound if it is usable. From here plain tokens go through it without waking us.
-                        if tap is not None and tap.stream is not None and lane.ready():
-                            put = lane.put  # bound with the headers: take_unparsed's writer from now on
-                            tap.stream.divert(take_plain, take_unparsed)
-                            tap = None
-                else:
-                    thought = ""
-                    calls: list[dict[str, Any]] = []
-                    if parser is not None:
-                        thought, content = parser.add(content)
-                        if stop:
-                            more_thought, more_content = parser.finish()
-                            thought, content = thought + more_thought, content + more_content
-                    if calls_parser is not None:  # only what may still be a tool call waits
-                        content, calls = calls_parser.add(content)
-                        if stop:
-                            more_content, more_calls = calls_parser.finish()
-                            content, calls = content + more_content, calls + more_calls
-                        tool_calls += calls
-                    probs = None if stop else event.get("completion_probabilities")
-                    if thought or content or probs or calls:  # a tag's token still has its log-probability
-                        thinking_parts.append(thought)
-                        text_parts.append(content)
-                        yield Delta(content, event.get("tokens"), probs, thought, calls or None)
-                if stop:
-                    break
-        except UpstreamLost as e:
-            raise await _runner_death(loaded, e) from None
+        fitted: Fitted | None = None
+        while True:  # at most twice: a prompt too long for the context is fitted once, then sent again
+            try:
+                async for event in loaded.client.stream("/completion", body, tap):
+                    stats.first_output()
+                    stop = event.get("stop")
+                    if stop:
+                        final_event = event
+                    content = event.get("content", "")
+                    if req.want_context and event.get("tokens") and not stop:
+                        tokens.extend(event["tokens"])
+                    if parser is None and calls_parser is None:
+                        probs = None if stop else event.get("completion_probabilities")
+                        if content or probs:
+                            text_parts.append(content)
+                            yield Delta(content, event.get("tokens"), probs)
+                            # Resumed: the consumer has written that chunk, so the headers are out and the lane is
+                            # bound if it is usable. From here plain tokens go through it without waking us.
+                            if tap is not None and tap.stream is not None and lane.ready():
+                                put = lane.put  # bound with the headers: take_unparsed's writer from now on
+                                tap.stream.divert(take_plain, take_unparsed)
+                                tap = None
+                    else:
+                        thought = ""
+                        calls: list[dict[str, Any]] = []
+                        if parser is not None:
+                            thought, content = parser.add(content)
+                            if stop:
+                                more_thought, more_content = parser.finish()
+                                thought, content = thought + more_thought, content + more_content
+                        if calls_parser is not None:  # only what may still be a tool call waits
+                            content, calls = calls_parser.add(content)
+                            if stop:
+                                more_content, more_calls = calls_parser.finish()
+                                content, calls = content + more_content, calls + more_calls
+                            tool_calls += calls
+                        probs = None if stop else event.get("completion_probabilities")
+                        if thought or content or probs or calls:  # a tag's token still has its log-probability
+                            thinking_parts.append(thought)
+                            text_parts.append(content)
+                            yield Delta(content, event.get("tokens"), probs, thought, calls or None)
+                    if stop:
+                        break
+            except ContextExceeded as e:
+                if fitted is not None or text_parts or final_event:
+                    raise
+                fitted = await fit_prompt(req, loaded, prompt, e)
+                body["prompt"] = prompt = fitted.prompt
+                continue
+            except UpstreamLost as e:
+                raise await _runner_death(loaded, e) from None
+            break
         timings = final_event.get("timings", {})
         context = None
-        if req.want_context:
+        if req.want_context and isinstance(prompt, list) and not any(isinstance(p, str) for p in prompt):
+            context = [*prompt, *tokens]  # a prompt cut to fit, as token ids
+        elif req.want_context:
             prompt_tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
             context = [*(req.context or []), *prompt_tokens, *tokens]
         text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in text_parts)
@@ -306,9 +328,41 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
             cache_n=int(timings.get("cache_n", 0) or 0),
             stop_word=(final_event.get("stopping_word") or None) if final_event.get("stop_type") == "word" else None,
             thinking="".join(thinking_parts),
+            prompt_truncated=fitted.tokens_before - fitted.tokens_after if fitted is not None else 0,
         )
         stats.finished(final)
         yield final
+
+
+async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: Any, error: ContextExceeded) -> Fitted:
+    """The prompt cut to fit a slot's context (server/truncation.py), or the 400 that truncate: false asks for."""
+    if not req.truncate:
+        raise BadRequest(TOO_LONG) from None
+    if isinstance(prompt, dict):  # a multimodal prompt is not cut: its images' tokens are the runner's business
+        raise error
+    n_ctx = error.n_ctx or loaded.plan.spec.num_ctx
+    limit = n_ctx - room_to_generate(n_ctx, req.options.get("num_predict"))
+    before = error.n_prompt_tokens
+    add_special = not req.context
+    messages = list(req.messages or [])
+    kept: list[dict[str, Any]] | None = None
+    while (i := droppable(messages)) is not None:
+        del messages[i]
+        kept = messages
+        prompt = await build_prompt(dataclasses.replace(req, messages=list(messages)), loaded)
+        if isinstance(prompt, dict):
+            raise error
+        n = len(await loaded.client.tokenize(prompt_text(prompt), add_special=add_special))
+        if n <= limit:
+            fitted = Fitted(prompt, kept, before, n)
+            log_truncation(req.model.name, fitted, n_ctx)
+            return fitted
+    ids = [*(req.context or []), *await loaded.client.tokenize(prompt_text(prompt), add_special=add_special)]
+    num_keep = req.options.get("num_keep")
+    cut = cut_tokens(ids, limit, num_keep if isinstance(num_keep, int) and num_keep >= 0 else 4)
+    fitted = Fitted(cut, kept, before or len(ids), len(cut))
+    log_truncation(req.model.name, fitted, n_ctx)
+    return fitted
 
 
 async def _runner_death(loaded: Loaded, cause: Exception) -> RunnerError:

@@ -37,7 +37,7 @@ async def version(request: web.Request) -> web.Response:
 
 
 def _metrics(final: Final) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "total_duration": final.total_duration,
         "load_duration": final.load_duration,
         "prompt_eval_count": final.prompt_eval_count,
@@ -45,6 +45,9 @@ def _metrics(final: Final) -> dict[str, Any]:
         "eval_count": final.eval_count,
         "eval_duration": final.eval_duration,
     }
+    if final.prompt_truncated:  # the prompt was cut to fit num_ctx (server/truncation.py)
+        out["prompt_truncated"] = True
+    return out
 
 
 async def _load_or_unload(request: web.Request, model: Any, opts: dict[str, Any], ka: float | None,
@@ -131,7 +134,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             context=context or None, want_context=not raw, suffix=suffix, images=images,
-                            think=_think(body, model), logprobs=top, started=started)
+                            think=_think(body, model), logprobs=top, started=started,
+                            truncate=field(body, "truncate", bool, True))
     if raw:
         req.prompt = prompt
     else:
@@ -254,7 +258,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
             request, model, opts, ka, raw_name, {"message": {"role": "assistant", "content": ""}}))
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
-                            logprobs=top, started=started)
+                            logprobs=top, started=started, truncate=field(body, "truncate", bool, True))
 
     def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> dict[str, Any]:
         delta = {"role": "assistant", "content": text}
