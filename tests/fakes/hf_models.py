@@ -90,3 +90,38 @@ def make_lora_dir(path: Path, base_dir: Path, *, rank: int = 4, seed: int = 1, s
         "fan_in_fan_out": False, "inference_mode": True,
     }, indent=2))
     return path
+
+
+def make_embedding_gemma_dir(path: Path, *, seed: int = 0) -> Path:
+    """A random EmbeddingGemma-style sentence-transformers directory: a 2-layer Gemma3TextModel with mean pooling
+    (1_Pooling) and two Dense projections (2_Dense 64->128, 3_Dense 128->64) listed in modules.json."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Gemma3TextConfig, Gemma3TextModel, GemmaTokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = GemmaTokenizer(vocab_file=str(_train_tokenizer(path)))
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=256, sliding_window=512, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0,
+    )
+    Gemma3TextModel(config).save_pretrained(path, safe_serialization=True)
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, "architectures": ["Gemma3TextModel"]}, indent=2))
+    modules = [("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Dense", "Dense"), ("3_Dense", "Dense")]
+    (path / "modules.json").write_text(json.dumps([
+        {"idx": i, "name": str(i), "path": p, "type": f"sentence_transformers.models.{t}"}
+        for i, (p, t) in enumerate(modules)]))
+    (path / "1_Pooling").mkdir(exist_ok=True)
+    (path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 64,
+                                                                "pooling_mode_mean_tokens": True}))
+    for name, (n_in, n_out) in {"2_Dense": (64, 128), "3_Dense": (128, 64)}.items():
+        (path / name).mkdir(exist_ok=True)
+        save_file({"linear.weight": torch.randn(n_out, n_in) * 0.1}, str(path / name / "model.safetensors"))
+        (path / name / "config.json").write_text(json.dumps({
+            "in_features": n_in, "out_features": n_out, "bias": False,
+            "activation_function": "torch.nn.modules.linear.Identity"}))
+    return path

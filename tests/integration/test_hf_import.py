@@ -245,3 +245,24 @@ def test_chat_template_from_tokenizer_config_becomes_the_template(live_server: L
         assert r.status_code == 200 and r.json()["done"], r.text
     finally:
         ollama(live_server, "rm", "hf-older")
+
+
+def test_sentence_transformers_dense_layers_are_gathered_and_converted(live_server: LiveServer,
+                                                                       tmp_path: Path) -> None:
+    """An EmbeddingGemma-style directory: 2_Dense/ and 3_Dense/ (one directory down, listed in modules.json) are
+    uploaded and converted into the GGUF. (Embedding with it is not asserted: the pinned llama-server aborts on
+    this tiny gemma-embedding model, GGML_ASSERT(buffer) in llm_graph_input_attn_no_cache::set_input.)"""
+    from tests.fakes.hf_models import make_embedding_gemma_dir
+
+    make_embedding_gemma_dir(tmp_path / "embedder")
+    result = create_from_modelfile(live_server, "hf-embed", tmp_path, "FROM ./embedder\n")
+    try:
+        assert result.exit_code == 0, result.output
+        show = live_server.api("POST", "/api/show", json={"model": "hf-embed"}).json()
+        assert show["capabilities"] == ["embedding"]
+        info = show["model_info"]
+        assert info["general.architecture"] == "gemma-embedding"
+        assert (info["gemma-embedding.dense_2_feat_in"], info["gemma-embedding.dense_2_feat_out"]) == (64, 128)
+        assert (info["gemma-embedding.dense_3_feat_in"], info["gemma-embedding.dense_3_feat_out"]) == (128, 64)
+    finally:
+        ollama(live_server, "rm", "hf-embed")
