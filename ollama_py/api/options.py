@@ -50,6 +50,9 @@ OPTION_TYPES: Mapping[str, type] = MappingProxyType(
         "use_mmap": bool,
         "num_thread": int,
         "draft_num_predict": int,
+        # ours, not Ollama's: prompt-lookup (n-gram) speculation, which needs no draft model: llama-server drafts
+        # tokens by finding the text just generated earlier in the context (copying, editing, summarising).
+        "draft_ngram": bool,
         # ours, not Ollama's: llama.cpp RPC workers ("host:port,host:port") for this model, a subset of the
         # operator's OLLAMA_RPC_SERVERS; "" means none (load locally). A Modelfile PARAMETER only, never per request.
         "rpc_servers": str,
@@ -79,6 +82,7 @@ DEFAULT_OPTIONS: Mapping[str, int | float | bool | None] = MappingProxyType(
         "use_mmap": None,
         "num_thread": 0,
         "draft_num_predict": 4,
+        "draft_ngram": False,
         "rpc_servers": None,  # None: OLLAMA_RPC_SERVERS
     }
 )
@@ -134,7 +138,7 @@ _RANGES: Mapping[str, tuple[float | None, float | None]] = MappingProxyType(
         "num_gpu": (-1, None),
         "main_gpu": (0, None),
         "num_thread": (0, 4096),
-        "draft_num_predict": (0, None),
+        "draft_num_predict": (0, 64),
     }
 )
 

@@ -28,6 +28,9 @@ class LaunchSpec:
     rpc_servers: tuple[str, ...] = ()
     num_keep: int | None = None
     metrics: bool = True
+    draft_model: Path | None = None  # speculative decoding with this draft model (a DRAFT layer)
+    draft_ngram: bool = False  # prompt-lookup speculation: drafts from n-grams already in the context
+    draft_max: int | None = None  # tokens drafted per step (Ollama's draft_num_predict)
     extra: tuple[str, ...] = field(default=())
 
 
@@ -88,5 +91,25 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         argv += ["--keep", str(spec.num_keep)]
     if spec.metrics:
         argv += ["--metrics"]
+    argv += speculation_args(spec)
     argv += list(spec.extra)
     return argv
+
+
+def speculation_args(spec: LaunchSpec) -> list[str]:
+    """llama-server's speculative decoding: a draft model (`--spec-draft-model`, its layers placed like the main
+    model's: all on the GPU when the main model is, none on CPU-only loads) and/or n-gram prompt lookup."""
+    types = []
+    out: list[str] = []
+    if spec.draft_model is not None:
+        types.append("draft-simple")
+        out += ["--spec-draft-model", str(spec.draft_model)]
+        if spec.n_gpu_layers is not None:
+            out += ["--spec-draft-ngl", "0" if spec.n_gpu_layers == 0 else "999"]
+        if spec.draft_max:
+            out += ["--spec-draft-n-max", str(spec.draft_max)]
+    if spec.draft_ngram:
+        types.append("ngram-simple")
+        if spec.draft_max:
+            out += ["--spec-ngram-simple-size-m", str(spec.draft_max)]
+    return ["--spec-type", ",".join(types), *out] if types else []

@@ -26,7 +26,8 @@ from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 
 log = logging.getLogger(__name__)
 
-_LOAD_KEYS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread", "rpc_servers")
+_LOAD_KEYS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread", "rpc_servers",
+              "draft_num_predict", "draft_ngram")
 
 
 @functools.lru_cache(maxsize=64)
@@ -111,6 +112,12 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
             # over all devices by their free memory; the workers take what they report off this machine.
             n_gpu_layers = shape.block_count + 1
             size = max(size - sum(workers.values()), 0)
+    draft = None if embedding else getattr(model, "draft_path", None)
+    if draft is not None:  # the draft's weights go where the main model's layers go (speculation_args)
+        draft_bytes = draft.stat().st_size
+        size += draft_bytes
+        if size_vram and n_gpu_layers != 0:
+            size_vram += draft_bytes
     spec = LaunchSpec(
         model=model.model_path,
         num_ctx=num_ctx,
@@ -127,8 +134,12 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         main_gpu=placement.main_gpu if len(gpus) > 1 else None,
         tensor_split=tensor_split,
         rpc_servers=rpc_servers,
+        draft_model=draft,
+        draft_ngram=bool(options.get("draft_ngram")) and not embedding,
+        draft_max=options.get("draft_num_predict") or None,
     )
-    key = "|".join([str(model.model_path), *map(str, model.adapters), "embed" if embedding else "gen"])
+    key = "|".join([str(model.model_path), *map(str, model.adapters), *([f"draft={draft}"] if draft else []),
+                    "embed" if embedding else "gen"])
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,

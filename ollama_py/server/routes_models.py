@@ -77,7 +77,8 @@ async def show(request: web.Request) -> web.Response:
         await asyncio.to_thread(store.info, model) if model.model_path else None)
     mf = build_modelfile(str(model.model_path) if model.model_path else model.parent_model or raw,
                          template=template, system=system, parameters=model.params, messages=model.messages,
-                         licenses=model.licenses, adapters=[str(a) for a in model.adapters])
+                         licenses=model.licenses, adapters=[str(a) for a in model.adapters],
+                         draft=str(model.draft_path) if model.draft_path else None)
     out: dict[str, Any] = {
         "license": "\n".join(model.licenses),
         "modelfile": serialize_modelfile(mf, header=model.name.short),

@@ -42,6 +42,7 @@ from ollama_py.store.gguf_meta import GGUFInfo, file_type_name, read_gguf_info
 from ollama_py.store.manifests import (
     CONFIG_V1,
     MEDIA_ADAPTER,
+    MEDIA_DRAFT,
     MEDIA_LICENSE,
     MEDIA_MESSAGES,
     MEDIA_MODEL,
@@ -60,10 +61,10 @@ from ollama_py.template import parse_template
 log = logging.getLogger(__name__)
 
 _RANK = {
-    MEDIA_MODEL: 0, MEDIA_ADAPTER: 1, MEDIA_PROJECTOR: 2, MEDIA_TEMPLATE: 3, MEDIA_PROMPT: 3,
+    MEDIA_MODEL: 0, MEDIA_ADAPTER: 1, MEDIA_PROJECTOR: 2, MEDIA_DRAFT: 2, MEDIA_TEMPLATE: 3, MEDIA_PROMPT: 3,
     MEDIA_SYSTEM: 4, MEDIA_PARAMS: 5, MEDIA_MESSAGES: 6, MEDIA_LICENSE: 7,
 }  # fmt: skip
-_WEIGHTS = (MEDIA_MODEL, MEDIA_ADAPTER, MEDIA_PROJECTOR)
+_WEIGHTS = (MEDIA_MODEL, MEDIA_ADAPTER, MEDIA_PROJECTOR, MEDIA_DRAFT)
 _QUANTIZABLE = (0, 1, 32)  # F32, F16, BF16
 _PROGRESS_DIGEST = "0000000000000000000"  # Ollama's placeholder: quantizing has no layer digest yet
 _CONFIG_KEYS = ("model_format", "model_family", "model_families", "model_type", "file_type", "renderer",
@@ -166,6 +167,25 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
         raise BadRequest("only one adapter is currently supported")
     for filename in sorted(adapters):
         weights.append(_Weights(MEDIA_ADAPTER, _blob_info(store, adapters[filename]), adapters[filename]))
+
+    drafts = _digest_map(req, "draft_files")
+    draft_name = _opt_str(req, "draft")
+    if draft_name and not drafts:  # DRAFT naming a stored model: its weights
+        draft_base = _base_model(store, draft_name)
+        if draft_base is None:
+            raise ModelNotFound(draft_name)
+        draft_layers = draft_base[1].layers_of(MEDIA_MODEL)
+        if not draft_layers:
+            raise BadRequest(f"draft model '{draft_name}' has no weights")
+        drafts = {"draft.gguf": draft_layers[0].digest}
+    if len(drafts) > 1:
+        raise BadRequest("only one draft model file is supported")
+    for filename in drafts:  # a DRAFT replaces the draft a `from` model had
+        info = _blob_info(store, drafts[filename])
+        if info.is_adapter or info.is_projector:
+            raise BadRequest("the draft model must be a model GGUF, not an adapter or projector")
+        weights = [w for w in weights if w.media_type != MEDIA_DRAFT]
+        weights.append(_Weights(MEDIA_DRAFT, info, drafts[filename]))
 
     models = [w for w in weights if w.media_type == MEDIA_MODEL]
     if not models:

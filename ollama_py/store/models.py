@@ -31,6 +31,7 @@ from ollama_py.store.blobs import BlobStore, canonical_digest
 from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
 from ollama_py.store.manifests import (
     MEDIA_ADAPTER,
+    MEDIA_DRAFT,
     MEDIA_LICENSE,
     MEDIA_MESSAGES,
     MEDIA_MODEL,
@@ -76,6 +77,7 @@ class Model:
     modified_at: float
     size: int
     info: GGUFInfo | None = field(default=None, repr=False, compare=False)  # the weights' header
+    draft_path: Path | None = None  # the speculative-decoding draft model (a DRAFT layer), if any
 
     @property
     def digest(self) -> str:
@@ -169,6 +171,7 @@ class ModelStore:
         config = self._read_config(manifest)
 
         model_path: Path | None = None
+        draft_path: Path | None = None
         adapters: list[Path] = []
         projectors: list[Path] = []
         template = system = None
@@ -184,6 +187,8 @@ class ModelStore:
                 adapters.append(self.blobs.path(layer.digest))
             elif mt == MEDIA_PROJECTOR:
                 projectors.append(self.blobs.path(layer.digest))
+            elif mt == MEDIA_DRAFT:
+                draft_path = self.blobs.path(layer.digest)
             elif mt in (MEDIA_TEMPLATE, MEDIA_PROMPT):
                 template = self._read_text(layer.digest)
             elif mt == MEDIA_SYSTEM:
@@ -201,7 +206,7 @@ class ModelStore:
             name=stored, manifest=manifest, model_path=model_path, adapters=tuple(adapters),
             projectors=tuple(projectors), template=template, system=system, params=params,
             messages=messages, licenses=licenses, config=config, modified_at=modified_at,
-            size=manifest.size, info=info,
+            size=manifest.size, info=info, draft_path=draft_path,
         )
 
     def info(self, model: Model) -> GGUFInfo:
