@@ -52,6 +52,8 @@ run: install
 
 test: test-prereqs install $(VENV)/.installed-convert
 	@PYTHON=$(PYTHON) scripts/fetch_models.sh --gemma
+	@# the CUDA build on a machine with nvcc but no GPU: its backend object compiles (cached after the first time)
+	@if command -v nvcc >/dev/null 2>&1; then scripts/build_runners.sh --check-cuda; fi
 	OLLAMA_PY_TEST_RUNNER=$(CURDIR)/runners/cpu_avx2/llama-server \
 	OLLAMA_PY_TEST_RUNNERS_DIR=$(CURDIR)/runners \
 	OLLAMA_PY_TEST_QUANTIZE=$$(ls $(CURDIR)/runners/*/llama-quantize | head -1) \

@@ -2,6 +2,9 @@
 # Build upstream llama.cpp (llama-server, llama-quantize, ggml-rpc-server) per variant into runners/<variant>/.
 #
 # Usage: scripts/build_runners.sh [VARIANT...]      VARIANT: cpu cpu_avx2 vulkan cuda metal
+#        scripts/build_runners.sh --check-cuda      configure the cuda variant and compile its backend object
+#                                                  (ggml-cuda.cu, one architecture): proves the CUDA build on a
+#                                                  machine with nvcc and no GPU, in seconds instead of 40 minutes
 #   no argument: every variant this host can build and run (vulkan: when glslc and the Vulkan loader's
 #   development files are installed, e.g. Debian's libvulkan-dev glslc spirv-headers).
 #
@@ -74,6 +77,57 @@ vulkan_include_dir() {
     rm -rf "$dir" "$apt"; mv "$dir.tmp" "$dir"
   fi
   echo "$dir/usr/include"
+}
+
+# A CUDA toolkit put together from PyPI wheels (nvidia-cuda-nvcc, -runtime, ...) has no cuBLAS, and a machine
+# without the NVIDIA driver has no libcuda to link against. cuda_support_flags fills both gaps in the cache:
+# cuBLAS from PyPI's nvidia-cublas wheel of the toolkit's major version, and a link-only libcuda stub (every
+# cu* entry point of cuda.h returning CUDA_ERROR_STUB_LIBRARY; at run time the real driver's libcuda.so.1 wins).
+cuda_root() {
+  if [ -n "${CUDA_HOME:-}" ]; then echo "$CUDA_HOME"; return; fi
+  local nvcc; nvcc="$(command -v nvcc)"
+  # a wrapper script (`exec /usr/local/cuda-13.0/bin/nvcc "$@"`) or a symlink into the toolkit
+  local real; real="$(sed -n 's/^exec \(\/[^ ]*\/bin\/nvcc\).*/\1/p' "$nvcc" 2>/dev/null | head -1)"
+  [ -n "$real" ] || real="$(readlink -f "$nvcc")"
+  dirname "$(dirname "$real")"
+}
+
+cuda_support_flags() {
+  local root inc extra="$CACHE/cuda-extra" major
+  root="$(cuda_root)"; inc="$root/include"
+  [ -f "$inc/cuda.h" ] || die "step 'cuda' failed: no cuda.h under $inc (set CUDA_HOME to the toolkit)"
+  major="$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p' | head -1)"
+  local flags=""
+  if [ ! -f "$inc/cublas_v2.h" ]; then
+    if [ ! -f "$extra/include/cublas_v2.h" ]; then
+      local pkg="nvidia-cublas-cu$major"; [ "$major" -ge 13 ] && pkg="nvidia-cublas==$major.*"
+      step "cuda: fetching cuBLAS ($pkg from PyPI; the toolkit at $root has none)"
+      rm -rf "$extra.tmp"; mkdir -p "$extra.tmp/wheel" "$extra.tmp/include" "$extra.tmp/lib"
+      python3 -m pip install --quiet --no-deps --target "$extra.tmp/wheel" "$pkg" \
+        || die "step 'cuda' failed: pip could not install $pkg"
+      local h l
+      h="$(find "$extra.tmp/wheel" -name cublas_v2.h | head -1)"; [ -n "$h" ] || die "step 'cuda' failed: $pkg has no cublas_v2.h"
+      for l in "$(dirname "$h")"/*; do ln -s "${l/$extra.tmp/$extra}" "$extra.tmp/include/"; done
+      for l in $(find "$extra.tmp/wheel" -name 'libcublas*.so.*'); do
+        ln -s "${l/$extra.tmp/$extra}" "$extra.tmp/lib/$(basename "$l")"
+        ln -sf "$(basename "$l")" "$extra.tmp/lib/$(basename "$l" | sed 's/\.so\..*/.so/')"
+      done
+      rm -rf "$extra"; mv "$extra.tmp" "$extra"
+    fi
+    flags="-DCMAKE_CUDA_FLAGS=-I$extra/include -DCMAKE_CXX_FLAGS=-I$extra/include"
+  fi
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' && [ ! -e "$root/lib64/stubs/libcuda.so" ]; then
+    if [ ! -f "$extra/lib/libcuda.so" ]; then
+      step "cuda: making a link-only libcuda stub (no NVIDIA driver on this machine)"
+      mkdir -p "$extra/lib"
+      echo '#include <cuda.h>' | cc -E -P -I"$inc" -x c - | grep -oE '\bcu[A-Za-z0-9_]+ *\(' | tr -d ' (' \
+        | sort -u | awk '{ print "int " $1 "(void) { return 34; }" }' >"$extra/libcuda_stub.c"
+      cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$extra/lib/libcuda.so" "$extra/libcuda_stub.c" \
+        || die "step 'cuda' failed: could not build the libcuda stub"
+    fi
+  fi
+  [ -d "$extra/lib" ] && flags="$flags -DCMAKE_LIBRARY_PATH=$extra/lib"
+  echo "$flags"
 }
 
 # The GPU generations to compile for: Volta (70) to Blackwell (120), less those this nvcc no longer knows
@@ -160,6 +214,9 @@ build_variant() {
   fi
   if [ ! -x "$bdir/bin/llama-server" ] || [ ! -f "$bdir/.done" ]; then
     local extra=""
+    if [ "$variant" = cuda ]; then
+      extra="$(cuda_support_flags)"
+    fi
     if [ "$variant" = vulkan ]; then
       vulkan_buildable || die "variant vulkan needs glslc and the Vulkan loader's development files \
 (Debian: apt-get install libvulkan-dev glslc spirv-headers)"
@@ -220,7 +277,28 @@ install_converter() {
   step "convert: done ($out)"
 }
 
+check_cuda() {
+  need nvcc check-cuda "a CUDA toolkit (nvcc) is needed"
+  fetch_source
+  local arch="${CMAKE_CUDA_ARCHITECTURES:-90}" flags key bdir
+  flags="$(CMAKE_CUDA_ARCHITECTURES=$arch variant_flags cuda | tr -s ' ')"
+  key="$(printf '%s\n%s\n' "$SRC_ID" "$flags" | (sha256sum 2>/dev/null || shasum -a 256) | cut -c1-16)"
+  bdir="$CACHE/build/cuda-check-$key"
+  local obj=ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.o
+  if [ -f "$bdir/$obj" ]; then step "cuda: compiles (cached: $bdir/$obj)"; return; fi
+  local extra; extra="$(cuda_support_flags)"
+  step "cuda: configure for sm_$arch ($bdir)"
+  # shellcheck disable=SC2086
+  cmake -S "$SRC" -B "$bdir" -G Ninja $flags $extra >"$bdir.configure.log" 2>&1 \
+    || { tail -30 "$bdir.configure.log" >&2; die "step 'check-cuda' failed: configure (log: $bdir.configure.log)"; }
+  step "cuda: compile the CUDA backend object (ggml-cuda.cu, sm_$arch)"
+  ninja -C "$bdir" "$obj" >"$bdir.build.log" 2>&1 \
+    || { tail -30 "$bdir.build.log" >&2; die "step 'check-cuda' failed: compile (log: $bdir.build.log)"; }
+  step "cuda: compiles ($bdir/$obj, $(du -k "$bdir/$obj" | cut -f1) KB)"
+}
+
 main() {
+  if [ "${1:-}" = --check-cuda ]; then check_cuda; return; fi
   local variants=("$@")
   [ ${#variants[@]} -gt 0 ] || read -r -a variants <<<"$(host_variants)"
   for v in "${variants[@]}"; do variant_flags "$v" >/dev/null; done
