@@ -10,7 +10,7 @@ GEMMA := $(MODELS_CACHE)/gemma-3-270m-q4_k_m.gguf
 PROMPT ?= Why is the sky blue?
 export OLLAMA_HOST ?= 127.0.0.1:11434
 
-.PHONY: install prereqs test-prereqs runners models run test test-unit bench clean help
+.PHONY: install prereqs test-prereqs runners models run test test-unit bench bench-peers clean help
 
 help:
 	@echo "make run    build everything needed, start the server in the background, ask SmolLM2 a question"
@@ -65,6 +65,11 @@ test-unit: $(VENV)/.installed
 
 bench: install
 	$(PY) bench/overhead.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2)
+	$(PY) bench/peers.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2)
+
+# ollama-py against llama-server's router mode and a plain llama-server, each at its defaults (issue 25)
+bench-peers: install
+	$(PY) bench/peers.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) runners/cpu runners/cpu_avx2 runners/cuda runners/metal *.egg-info
