@@ -113,9 +113,10 @@ def fake_console(tmp_path: Path, tiny_gguf: Path) -> Iterator[Any]:
     """Like `serve`, with INFO logging on (the console's live log shows what the server logs)."""
     from ollama_py.server.app import create_app
 
-    root = logging.getLogger()
-    level = root.level
+    root, aiohttp_access = logging.getLogger(), logging.getLogger("aiohttp.access")
+    levels = root.level, aiohttp_access.level
     root.setLevel(logging.INFO)
+    aiohttp_access.setLevel(logging.WARNING)  # as serve sets it: our access log has the line
 
     running: list[tuple[asyncio.AbstractEventLoop, threading.Thread]] = []
 
@@ -133,4 +134,5 @@ def fake_console(tmp_path: Path, tiny_gguf: Path) -> Iterator[Any]:
         for loop, thread in running:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(30)
-        root.setLevel(level)
+        root.setLevel(levels[0])
+        aiohttp_access.setLevel(levels[1])

@@ -45,6 +45,11 @@ def test_chat_with_smollm2_streams_the_answer_and_its_speed(page: Any, live_serv
     expect(page.locator(".msg.assistant .stats")).to_contain_text("tokens/s")
     expect(page.locator("#chat-list li")).to_have_count(1)
 
+    page.click("nav a[data-view=server]")  # the chat, as the server saw it
+    expect(page.locator("#requests-table tbody tr", has_text="/api/chat").first).to_contain_text(live_server.model)
+    expect(page.locator("#log")).to_contain_text("path=/api/chat status=200")
+    shoot(page, "server")
+
 
 def test_stop_ends_the_answer_mid_way(page: Any, fake_console: Any) -> None:
     console = fake_console({"FAKE_TOKENS": "400", "FAKE_TOKEN_DELAY": "0.05"})

@@ -26,6 +26,7 @@ def load_and_unload(page: Any, url: str, model: str) -> None:
     row = ps_row(page, model)
     expect(row).to_contain_text("100% CPU")  # pushed by the live stream, no reload
     expect(row).to_contain_text("minutes")  # the keep-alive left
+    expect(row).to_contain_text("ready")
     shoot(page, "running")
     row.get_by_role("button", name="Unload").click()
     expect(row).to_have_count(0)

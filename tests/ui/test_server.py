@@ -9,7 +9,6 @@ import requests
 from playwright.sync_api import expect
 
 from ollama_py import __version__
-from tests.ui.conftest import shoot
 
 pytestmark = pytest.mark.browser
 
@@ -33,7 +32,6 @@ def test_server_view_shows_facts_settings_and_live_requests_and_log(page: Any, f
     expect(row).to_contain_text("→")  # prompt → generated tokens
     expect(page.locator("#log")).to_contain_text("path=/api/generate status=200")
     expect(page.locator("#chart")).to_be_visible()
-    shoot(page, "server")
 
 
 def test_with_api_keys_the_page_asks_for_a_key_and_shows_nothing_without_it(page: Any, fake_console: Any) -> None:

@@ -47,17 +47,23 @@ async function* lines(resp) {
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
   let buf = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += decoder.decode(value, { stream: true });
-    let nl;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      yield buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        yield buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+      }
     }
+    if (buf) yield buf;
+  } finally {
+    // A reader that stops early must close the response: an open stream holds one of the few connections
+    // a browser allows per server, and enough of them stall every other request of the page.
+    reader.cancel().catch(() => {});
   }
-  if (buf) yield buf;
 }
 
 // An NDJSON stream (/api/chat, /api/pull, /api/create): yields each object; an {"error"} line throws.

@@ -118,12 +118,10 @@ function readSettings(chat) {
 async function modelChanged() {
   const model = $('#chat-model').value;
   if (!model) return;
-  if (!capabilities.has(model)) {
-    try {
-      capabilities.set(model, (await postJSON('/api/show', { model })).capabilities || []);
-    } catch { capabilities.set(model, []); }
+  if (!capabilities.has(model)) { // the promise is kept, so views refreshing at once ask the server once
+    capabilities.set(model, postJSON('/api/show', { model }).then((info) => info.capabilities || [], () => []));
   }
-  const caps = capabilities.get(model);
+  const caps = await capabilities.get(model);
   $('#think-row').hidden = !caps.includes('thinking');
   $('#attach-label').hidden = !caps.includes('vision');
 }

@@ -51,18 +51,11 @@ async function liveStream() {
   for (;;) {
     try {
       for await (const { event, data } of sse('/ui/api/events')) {
-        if (event === 'hello') {
-          $('#conn').textContent = 'live';
-          $('#conn').className = 'conn live';
-          $('#log').replaceChildren();
-          $('#requests-table tbody').replaceChildren();
-          data.logs.forEach(addLog);
-          data.requests.forEach((r) => addRequest(r));
-          setSeries(data.series);
-        } else if (event === 'log') addLog(data);
-        else if (event === 'request') addRequest(data, true);
-        else if (event === 'series') setSeries(data);
-        else if (event === 'ps') showRunning(data.models || []);
+        try {
+          handle(event, data);
+        } catch (e) {
+          report(e); // one view's bug must not cut the stream every other view lives on
+        }
       }
     } catch (e) {
       report(e);
@@ -71,6 +64,21 @@ async function liveStream() {
     $('#conn').className = 'conn down';
     await sleep(2000);
   }
+}
+
+function handle(event, data) {
+  if (event === 'hello') {
+    $('#conn').textContent = 'live';
+    $('#conn').className = 'conn live';
+    $('#log').replaceChildren();
+    $('#requests-table tbody').replaceChildren();
+    data.logs.forEach(addLog);
+    data.requests.forEach((r) => addRequest(r));
+    setSeries(data.series);
+  } else if (event === 'log') addLog(data);
+  else if (event === 'request') addRequest(data, true);
+  else if (event === 'series') setSeries(data);
+  else if (event === 'ps') showRunning(data.models || []);
 }
 
 function start() {
