@@ -6,7 +6,9 @@ real SmolLM2 through a live `ollama-py serve`, as a person would.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,13 +86,15 @@ def test_conversations_survive_a_reload_and_new_chat_starts_empty(page: Any, fak
 
 def test_model_output_with_html_is_shown_as_text_and_never_runs(page: Any, fake_console: Any) -> None:
     reply = ('Look: <script>window.pwned = 1</script> <img src="x" onerror="window.pwned = 2"> '
-             '<a href="javascript:window.pwned=3">click</a> and **bold** `code`')
+             '<a href="javascript:window.pwned=3">click</a> and **bold** `code`\n\n```\nprint(1)\n```')
     console = fake_console({"FAKE_REPLY": reply})
     open_chat(page, console.url)
     send(page, "say something dangerous")
     content = page.locator(".msg.assistant .content")
     expect(page.locator(".msg.assistant .stats")).to_be_visible()
     expect(content.locator("strong")).to_have_text("bold")  # markdown is rendered...
+    expect(content.locator("pre code")).to_have_text("print(1)\n")  # with a copy button on the code block
+    expect(content.locator("pre button.copy")).to_have_text("Copy")
     assert content.locator("script").count() == 0  # ...but nothing that runs survives
     assert content.locator("[onerror]").count() == 0
     assert content.locator('a[href^="javascript"]').count() == 0
@@ -108,3 +112,23 @@ def test_a_user_message_with_html_is_plain_text(page: Any, fake_console: Any) ->
     expect(page.locator(".msg.user .content")).to_have_text("<img src=x onerror=\"window.pwned=1\"> <b>not bold</b>")
     expect(page.locator(".msg.assistant .stats")).to_be_visible()
     assert page.evaluate("window.pwned") is None
+
+
+def test_system_prompt_and_options_reach_the_model(page: Any, fake_console: Any, tmp_path: Path) -> None:
+    log = tmp_path / "bodies.jsonl"
+    console = fake_console({"FAKE_LOG_FILE": str(log)})
+    open_chat(page, console.url)
+    page.click("#toggle-settings")
+    page.fill("#opt-system", "You are a pirate.")
+    page.fill("#opt-temperature", "0.3")
+    page.fill("#opt-seed", "42")
+    send(page, "ahoy")
+    expect(page.locator(".msg.assistant .stats")).to_be_visible()
+    completions = [b for b in map(json.loads, log.read_text().splitlines()) if "prompt" in b]
+    assert completions, "no completion reached the runner"
+    body = completions[-1]
+    assert (body["temperature"], body["seed"]) == (0.3, 42)
+    assert "You are a pirate." in json.dumps(body["prompt"])
+    page.reload()  # the settings belong to the conversation
+    expect(page.locator("#opt-system")).to_have_value("You are a pirate.")
+    expect(page.locator("#opt-seed")).to_have_value("42")
