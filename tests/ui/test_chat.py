@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from playwright.sync_api import expect
 
 from tests.ui.conftest import shoot
@@ -132,3 +133,56 @@ def test_system_prompt_and_options_reach_the_model(page: Any, fake_console: Any,
     page.reload()  # the settings belong to the conversation
     expect(page.locator("#opt-system")).to_have_value("You are a pirate.")
     expect(page.locator("#opt-seed")).to_have_value("42")
+
+
+QWEN3_STYLE = ('{{ range .Messages }}<|im_start|>{{ .Role }}\n'
+               '{{ if .Thinking }}<think>{{ .Thinking }}</think>{{ end }}{{ .Content }}<|im_end|>\n{{ end }}'
+               '<|im_start|>assistant\n{{ if and .IsThinkSet (not .Think) }}<think>\n\n</think>\n\n{{ end }}')
+
+
+def test_a_thinking_model_shows_its_thinking_folded(page: Any, fake_console: Any) -> None:
+    console = fake_console({"FAKE_REPLY": "<think>Paris, surely.</think>The capital is Paris."})
+    r = requests.post(f"{console.url}/api/create", json={"model": "thinker", "from": "tiny", "template": QWEN3_STYLE,
+                                                         "stream": False}, timeout=60)
+    assert r.ok, r.text
+    open_chat(page, console.url)
+    page.select_option("#chat-model", "thinker:latest")
+    page.click("#toggle-settings")
+    expect(page.locator("#opt-think")).to_be_checked()  # offered for a thinking model, on by default
+    send(page, "capital of France?")
+    answer = page.locator(".msg.assistant")
+    expect(answer.locator(".content")).to_have_text("The capital is Paris.")
+    thinking = answer.locator("details.thinking")
+    expect(thinking).not_to_have_attribute("open", "")  # folded
+    thinking.locator("summary").click()
+    expect(thinking.locator(".thinking-text")).to_have_text("Paris, surely.")
+
+
+def test_an_image_attached_for_a_vision_model_reaches_the_runner(page: Any, fake_console: Any, tmp_path: Path,
+                                                                tiny_gguf: Path) -> None:
+    import base64
+
+    from tests.conftest import upload_blob
+    from tests.fakes.gguf_files import write_gguf
+
+    log = tmp_path / "bodies.jsonl"
+    console = fake_console({"FAKE_LOG_FILE": str(log)})
+    projector = write_gguf(tmp_path / "mmproj.gguf", "clip", {"clip.has_vision_encoder": True},
+                           general_type="projector")
+    files = {"model.gguf": upload_blob(console.url, tiny_gguf), "mmproj.gguf": upload_blob(console.url, projector)}
+    r = requests.post(f"{console.url}/api/create", json={"model": "seer", "files": files, "stream": False}, timeout=60)
+    assert r.ok, r.text
+    image = tmp_path / "cat.png"
+    image.write_bytes(b"\x89PNG cat pixels")
+
+    open_chat(page, console.url)
+    expect(page.locator("#attach-label")).to_be_hidden()  # tiny has no projector
+    page.select_option("#chat-model", "seer:latest")
+    expect(page.locator("#attach-label")).to_be_visible()
+    page.set_input_files("#attach", str(image))
+    expect(page.locator("#attachments img")).to_have_count(1)
+    send(page, "what is this?")
+    expect(page.locator(".msg.assistant .stats")).to_be_visible()
+    expect(page.locator(".msg.user img.thumb")).to_have_count(1)
+    sent = [b["prompt"] for b in map(json.loads, log.read_text().splitlines()) if isinstance(b.get("prompt"), dict)]
+    assert sent and sent[-1]["multimodal_data"] == [base64.b64encode(image.read_bytes()).decode()]
