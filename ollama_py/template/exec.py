@@ -7,9 +7,13 @@ field of a struct that does not have it is an error, reading a missing map key y
 (Ollama runs templates with missingkey=zero over map[string]any).
 Errors read like Go's: `template: :LINE:COL: executing "" at <NODE>: MESSAGE`.
 
+`{{template "x" pipeline}}` runs the named template with the pipeline's value as both dot and `$` and none of
+the caller's variables; errors inside it say `executing "x"`.
+
 Go's text/template runs for as long as a template asks; templates here come from clients (a request's
 `template`, a created model's TEMPLATE), so one render is bounded by `Limits`: range iterations, the size of
-the output and of any string built on the way, and wall time (checked between nodes). Passing a bound is a
+the output and of any string built on the way, how deep templates call templates, and wall time (checked between
+nodes). Passing a bound is a
 TemplateError, which the server answers with a 400.
 """
 
@@ -23,7 +27,7 @@ from typing import Any
 from ollama_py.errors import TemplateError
 from ollama_py.template import funcs
 from ollama_py.template import nodes as n
-from ollama_py.template.gofmt import OutputTooLong, format_value, sorted_items
+from ollama_py.template.gofmt import OutputTooLong, format_value, go_quote, sorted_items
 from ollama_py.template.values import GoNamed, GoStruct, go_type_name, is_true, unwrap
 
 
@@ -34,6 +38,9 @@ class Limits:
     iterations: int = 1_000_000  # range iterations, all the render's ranges together
     chars: int = 64 * 1024 * 1024  # characters of output, and of any one string built on the way
     seconds: float = 10.0  # wall time
+    # Templates calling templates, nested (Go allows 100000). Each level takes a few Python frames, so this stays
+    # well under the interpreter's recursion limit; a recursive template that goes deeper is refused here.
+    depth: int = 100
 
     def describe_seconds(self) -> str:
         return f"{self.seconds:g} s"
@@ -59,8 +66,14 @@ class _Continue(Exception):
 
 
 class Executor:
-    def __init__(self, source: str, data: Any, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, source: str, data: Any, limits: Limits = DEFAULT_LIMITS, named: Mapping[str, n.ListNode] | None = None
+    ) -> None:
         self.source = source
+        self.named: Mapping[str, n.ListNode] = named or {}
+        self.root: n.ListNode | None = None
+        self.name = ""  # the template being executed
+        self.depth = 0
         self.vars: list[list[Any]] = [["$", data]]  # [name, value] pairs, innermost last
         self.out: list[str] = []
         self.node: Any = None
@@ -81,7 +94,7 @@ class Executor:
         where = str(node)
         if len(where) > 20:
             where = where[:20] + "..."
-        return TemplateError(f'template: :{line}:{col}: executing "" at <{where}>: {msg}')
+        return TemplateError(f"template: :{line}:{col}: executing {go_quote(self.name)} at <{where}>: {msg}")
 
     # -- variables -----------------------------------------------------------------------------
     def push(self, name: str, value: Any) -> None:
@@ -130,6 +143,7 @@ class Executor:
     # -- walking -------------------------------------------------------------------------------
     def run(self, root: n.ListNode) -> str:
         data = self.vars[0][1]
+        self.root = root
         self.walk(data, root)
         return "".join(self.out)
 
@@ -153,6 +167,8 @@ class Executor:
                 self.walk_range(dot, node)
             else:
                 self.walk_if_or_with(dot, node)
+        elif isinstance(node, n.TemplateNode):
+            self.walk_template(dot, node)
         elif isinstance(node, n.BreakNode):
             raise _Break
         elif isinstance(node, n.ContinueNode):
@@ -178,6 +194,23 @@ class Executor:
                 self.walk(dot, node.else_list)
         finally:
             self.pop(mark)
+
+    def walk_template(self, dot: Any, node: n.TemplateNode) -> None:
+        # "" is the template being run (Go's set maps "" to the main tree, whatever Ollama appended to it).
+        body = self.root if node.name == "" else self.named.get(node.name)
+        if body is None:
+            raise self.error(f"template {go_quote(node.name)} not defined")
+        if self.depth >= self.limits.depth:
+            raise self.error(f"exceeded maximum template depth ({self.limits.depth})")
+        value = None if node.pipe is None else self.eval_pipeline(dot, node.pipe)
+        outer = self.vars, self.name
+        self.vars, self.name = [["$", value]], node.name
+        self.depth += 1
+        try:
+            self.walk(value, body)
+        finally:
+            self.vars, self.name = outer
+            self.depth -= 1
 
     def walk_range(self, dot: Any, node: n.BranchNode) -> None:
         outer = len(self.vars)
@@ -417,8 +450,14 @@ def _rough_size(values: list[Any], limit: int) -> int:
     return total
 
 
-def execute(source: str, root: n.ListNode, data: Any, limits: Limits = DEFAULT_LIMITS) -> str:
+def execute(
+    source: str,
+    root: n.ListNode,
+    data: Any,
+    limits: Limits = DEFAULT_LIMITS,
+    named: Mapping[str, n.ListNode] | None = None,
+) -> str:
     try:
-        return Executor(source, data, limits).run(root)
+        return Executor(source, data, limits, named).run(root)
     except RecursionError:
         raise TemplateError("template: : executing \"\": nesting too deep") from None

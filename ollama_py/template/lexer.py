@@ -96,7 +96,8 @@ class Token:
         return _go_quote(self.val)
 
 
-_KEYWORD_TYPES = frozenset(KEYWORDS.values()) - {Tok.NIL}
+# Go's item types past itemKeyword print as <val>: the keywords, nil and the dot among them.
+_KEYWORD_TYPES = frozenset(KEYWORDS.values()) | {Tok.DOT}
 
 
 def _go_quote(s: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from ollama_py.template.gofmt import go_quote
+
 
 @dataclass(frozen=True, slots=True)
 class TextNode:
@@ -182,6 +184,21 @@ class ContinueNode:
         return "{{continue}}"
 
 
+@dataclass(frozen=True, slots=True)
+class TemplateNode:
+    """{{template "name" pipeline}}; a {{block}} parses to a named template plus one of these. `pipe` is None
+    for {{template "name"}}, which runs the template with nil dot. `pos` is the name's position, as in Go."""
+
+    pos: int
+    line: int
+    name: str
+    pipe: PipeNode | None
+
+    def __str__(self) -> str:
+        pipe = "" if self.pipe is None else " " + str(self.pipe)
+        return "{{template " + go_quote(self.name) + pipe + "}}"
+
+
 Node = Union[
     TextNode,
     DotNode,
@@ -200,4 +217,20 @@ Node = Union[
     BranchNode,
     BreakNode,
     ContinueNode,
+    TemplateNode,
 ]
+
+
+# Go's unicode.IsSpace, which bytes.TrimSpace uses (str.strip() also takes U+001C..U+001F).
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+    "\u2028\u2029\u202f\u205f\u3000"
+
+
+def is_empty_tree(node: Node) -> bool:
+    """Go's parse.IsEmptyTree: nothing but white space. An empty {{define}} never replaces a template that has
+    a body, and a body may replace an empty one."""
+    if isinstance(node, ListNode):
+        return all(is_empty_tree(child) for child in node.nodes)
+    if isinstance(node, TextNode):
+        return not node.text.strip(_GO_SPACE)
+    return False

@@ -2,20 +2,27 @@
 
 Grammar (the subset we accept; Go accepts more, and we name what we refuse):
 
-    template  := { text | action }
+    template  := { text | action | definition }
+    definition:= "{{" "define" string "}}" list "end"      (top level only, as in Go)
     action    := "{{" ( pipeline | control ) "}}"
     control   := "if" pipeline list { "else if" pipeline list } [ "else" list ] "end"
                | "with" pipeline list { "else with" pipeline list } [ "else" list ] "end"
                | "range" [ var [ "," var ] ( ":=" | "=" ) ] pipeline list [ "else" list ] "end"
+               | "template" string [ pipeline ]
+               | "block" string pipeline list "end"        (a definition, run in place)
                | "break" | "continue"                       (inside range only)
     pipeline  := [ var ( ":=" | "=" ) ] command { "|" command }
     command   := operand { operand }
     operand   := term { .Field }
     term      := literal | "nil" | "." | .Field | $var | function | "(" pipeline ")"
 
-`define`, `template` and `block` (named sub-templates) and complex numbers are refused with a
-TemplateError naming the construct and its position, rather than being half-supported.
-Errors use Go's wording ("template: :LINE: ...") so that messages match what Ollama returns.
+Named templates follow Go's rules within one Parse: a definition's body starts a fresh variable scope and is
+outside any range; an empty body (white space only) never replaces one that has a body, a body replaces an empty
+one, and two bodies for one name are "multiple definition of template". The main template is the one named "".
+
+The `call` builtin and complex numbers are refused with a TemplateError naming the construct and its position,
+rather than being half-supported. Errors use Go's wording ("template: :LINE: ...") so that messages match what
+Ollama returns.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import TypeVar
 
 from ollama_py.errors import TemplateError
 from ollama_py.template import nodes as n
+from ollama_py.template.gofmt import go_quote
 from ollama_py.template.lexer import Tok, Token, lex
 from ollama_py.template.literals import parse_char, parse_number, unquote
 
@@ -47,8 +55,6 @@ _OPERAND_START = frozenset(
 
 _T = TypeVar("_T")
 
-_UNSUPPORTED = {Tok.DEFINE: "define", Tok.TEMPLATE: "template", Tok.BLOCK: "block"}
-
 
 class _End:
     """Marker returned by text_or_action for {{end}} and {{else}}."""
@@ -67,6 +73,7 @@ class Parser:
         self.last = self.tokens[0]
         self.vars: list[str] = ["$"]
         self.range_depth = 0
+        self.named: dict[str, n.ListNode] = {}  # the named templates, "" (the main one) added last
 
     # -- errors ----------------------------------------------------------------------------
     def error(self, msg: str) -> TemplateError:
@@ -117,14 +124,75 @@ class Parser:
         return tok
 
     # -- structure -------------------------------------------------------------------------
-    def parse(self) -> n.ListNode:
+    def parse(self) -> tuple[n.ListNode, dict[str, n.ListNode]]:
+        """The main template and the named ones (without "")."""
         items: list[n.Node] = []
         while self.peek().typ is not Tok.EOF:
+            if self.peek().typ is Tok.LEFT_DELIM:
+                mark = self.i
+                self.next()
+                if self.next_non_space().typ is Tok.DEFINE:
+                    self.definition()
+                    continue
+                self.i = mark
             item = self.text_or_action()
             if isinstance(item, _End):
                 raise self.error(f"unexpected {{{{{item.kind}}}}}")
             items.append(item)
-        return n.ListNode(0, tuple(items))
+        self.add("", n.ListNode(0, tuple(items)))
+        main = self.named.pop("")  # {{define ""}} with an empty main template is the main template, as in Go
+        return main, self.named
+
+    def add(self, name: str, body: n.ListNode) -> None:
+        existing = self.named.get(name)
+        if existing is None or n.is_empty_tree(existing):
+            self.named[name] = body
+        elif not n.is_empty_tree(body):
+            raise self.error(f"template: multiple definition of template {go_quote(name)}")
+
+    def definition(self) -> None:
+        context = "define clause"
+        tok = self.next_non_space()
+        if tok.typ not in (Tok.STRING, Tok.RAW_STRING):
+            raise self.unexpected(tok, context)
+        name = self._checked(unquote, tok.val)
+        self.expect(Tok.RIGHT_DELIM, context)
+        self.add(name, self.named_body(context))
+
+    def named_body(self, context: str) -> n.ListNode:
+        """The list up to {{end}} of a define or block: its own variables ($ only) and outside any range."""
+        outer_vars, outer_depth = self.vars, self.range_depth
+        self.vars, self.range_depth = ["$"], 0
+        try:
+            body, end = self.item_list()
+            if end.kind != "end":
+                raise self.error(f"unexpected {{{{{end.kind}}}}} in {context}")
+            return body
+        finally:
+            self.vars, self.range_depth = outer_vars, outer_depth
+
+    def template_name(self, context: str) -> Token:
+        tok = self.next_non_space()
+        if tok.typ not in (Tok.STRING, Tok.RAW_STRING):
+            raise self.unexpected(tok, context)
+        return tok
+
+    def template_clause(self) -> n.TemplateNode:
+        context = "template clause"
+        tok = self.template_name(context)
+        pipe: n.PipeNode | None = None
+        if self.next_non_space().typ is not Tok.RIGHT_DELIM:
+            self.backup()
+            pipe = self.pipeline(context, Tok.RIGHT_DELIM)  # its variables live on, as a plain action's do
+        return n.TemplateNode(tok.pos, tok.line, self._checked(unquote, tok.val), pipe)
+
+    def block_clause(self) -> n.TemplateNode:
+        context = "block clause"
+        tok = self.template_name(context)
+        name = self._checked(unquote, tok.val)
+        pipe = self.pipeline(context, Tok.RIGHT_DELIM)
+        self.add(name, self.named_body(context))
+        return n.TemplateNode(tok.pos, tok.line, name, pipe)
 
     def item_list(self) -> tuple[n.ListNode, _End]:
         start = self.peek_non_space().pos
@@ -146,8 +214,12 @@ class Parser:
 
     def action(self) -> n.Node | _End:
         tok = self.next_non_space()
-        if tok.typ in _UNSUPPORTED:
-            raise self.unsupported(tok, "{{" + _UNSUPPORTED[tok.typ] + "}}")
+        if tok.typ is Tok.TEMPLATE:
+            return self.template_clause()
+        if tok.typ is Tok.BLOCK:
+            return self.block_clause()
+        # {{define}} is taken at the top level only (see parse); anywhere else the pipeline refuses it
+        # ("unexpected <define> in command"), as Go's does.
         if tok.typ is Tok.BREAK or tok.typ is Tok.CONTINUE:
             word = "break" if tok.typ is Tok.BREAK else "continue"
             after = self.next_non_space()
@@ -323,6 +395,6 @@ class Parser:
             raise self.error(str(exc)) from None
 
 
-def parse(text: str, funcs: frozenset[str]) -> n.ListNode:
-    """Parse template source into its root list; raises TemplateError."""
+def parse(text: str, funcs: frozenset[str]) -> tuple[n.ListNode, dict[str, n.ListNode]]:
+    """Parse template source into its main list and its named templates; raises TemplateError."""
     return Parser(text, funcs).parse()

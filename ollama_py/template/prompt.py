@@ -55,6 +55,8 @@ def identifiers(node: Any) -> list[str]:
         return [name for child in node.nodes for name in identifiers(child)]
     if isinstance(node, n.ActionNode):
         return identifiers(node.pipe)
+    if isinstance(node, n.TemplateNode):
+        return [] if node.pipe is None else identifiers(node.pipe)
     if isinstance(node, n.BranchNode):
         names = identifiers(node.pipe) + identifiers(node.list)
         if node.else_list is not None:
@@ -166,13 +168,16 @@ def parse_prompt_template(text: str) -> PromptTemplate:
 def _parse_prompt_template(text: str) -> PromptTemplate:
     tmpl = parse_template(text)
     root = tmpl.root
-    names = frozenset(name.lower() for name in identifiers(root))
+    # Ollama's Vars() walks every template of the set, the named ones too.
+    names = frozenset(name.lower() for tree in (root, *tmpl.named.values()) for name in identifiers(tree))
     if "messages" not in names and "response" not in names:
         root = dataclasses.replace(root, nodes=root.nodes + (_RESPONSE_ACTION,))
         names |= {"response"}
-    touched = Template(text, root)
+    touched = Template(text, root, tmpl.named)
     try:
-        last: Template | None = Template(text, cut_after_response(root))
+        # Ollama runs the cut tree in a new template set with nothing else in it, so there a {{template}} before
+        # .Response fails ('template "x" not defined'); keeping the named templates lets such templates work.
+        last: Template | None = Template(text, cut_after_response(root), tmpl.named)
     except _CutPanics:
         last = None
     return PromptTemplate(touched, names, last)

@@ -444,9 +444,10 @@ def test_unknown_message_key_in_data_is_rejected() -> None:
 @pytest.mark.parametrize(
     ("template", "message"),
     [
-        case('{{ template "x" }}', r"template: :1:4: \{\{template\}\} is not supported", "template-action"),
-        case('{{ define "x" }}x{{ end }}', r":1:4: \{\{define\}\} is not supported", "define"),
-        case('line one\n{{ block "x" . }}{{ end }}', r":2:4: \{\{block\}\} is not supported", "block-with-position"),
+        case('{{ define "x" .X }}x{{ end }}', r'template: :1: unexpected ".X" in define clause', "define-with-pipeline"),
+        case('line one\n{{ block "x" }}{{ end }}', r"template: :2: missing value for block clause", "block-no-pipeline"),
+        case("{{ define nil }}{{ end }}", r"template: :1: unexpected <nil> in define clause", "nil-prints-as-a-keyword"),
+        case("{{ template . }}", r"template: :1: unexpected <\.> in template clause", "dot-prints-as-a-keyword"),
         case("{{ call .F }}", r"the call function is not supported", "call"),
         case("{{ 1+2i }}", r"complex constant 1\+2i is not supported", "complex"),
         case("{{ foo }}", r'template: :1: function "foo" not defined', "unknown-function"),

@@ -531,6 +531,6 @@ def test_template_uses_suffix_for_insert_capability() -> None:
 
 
 def test_template_uses_falls_back_to_text_for_unsupported_templates() -> None:
-    text = '{{ define "t" }}{{ end }}{{ range .Tools }}{{ . }}{{ end }}'
+    text = '{{ 1+2i }}{{ range .Tools }}{{ . }}{{ end }}'
     assert template_uses(text, "Tools")
     assert not template_uses(text, "Suffix")
