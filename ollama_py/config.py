@@ -188,6 +188,7 @@ class Settings:
     max_connections: int = 0  # OLLAMA_PY_MAX_CONNECTIONS; 0: half the open-file limit, at most 16384
     read_timeout: float = 30.0  # OLLAMA_PY_READ_TIMEOUT: a request head, or a pause in a body, may take this long
     data_dir: Path = field(default_factory=data_dir)
+    config_file: Path | None = None  # the TOML file these came from in part (config_file.py), watched by serve
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:

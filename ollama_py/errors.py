@@ -13,6 +13,7 @@
     │   └── ModelNotFound(name)               404  model 'x' not found
     ├── RequestCanceled                       499  request canceled
     ├── ServerBusy                            503  server busy, please try again.  maximum pending requests exceeded
+    ├── ConfigError(path, line, msg)          500  "path:line: msg" (the config file; the CLI prints it)
     ├── RunnerError                           500  the runner failed (carries the stderr tail)
     │   └── RunnerLoadError                   500  error loading model ...
     └── RegistryError                         500  a registry said no (Unauthorized is 401)
@@ -98,6 +99,16 @@ class ServerBusy(OllamaError):
 
     def __init__(self, message: str = "server busy, please try again.  maximum pending requests exceeded") -> None:
         super().__init__(message)
+
+
+class ConfigError(OllamaError):
+    """A mistake in the config file (or a `--set` flag): names the file and the line of the offending key."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+        self.path = path
+        self.line = line
+        self.reason = message
 
 
 class RunnerError(OllamaError):

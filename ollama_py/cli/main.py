@@ -86,12 +86,60 @@ def cli() -> None:
     """Large language model runner: Ollama's API over llama.cpp, in Python."""
 
 
+_CONFIG_OPTIONS = [
+    click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                 help="Config file (default: $OLLAMA_PY_CONFIG, else config.toml in the user config dir)"),
+    click.option("--set", "assignments", multiple=True, metavar="NAME=VALUE",
+                 help="A [server] setting, over the environment and the file (e.g. --set keep_alive=10m)"),
+]
+
+
+def _config_options(f: Any) -> Any:
+    for option in reversed(_CONFIG_OPTIONS):
+        f = option(f)
+    return f
+
+
+def _resolve_config(config_path: str | None, assignments: tuple[str, ...]) -> Any:
+    from ollama_py import config_file
+    from ollama_py.scheduler.model_settings import runner_flags
+
+    flags = dict(config_file.parse_flag(a) for a in assignments)
+    resolved = config_file.load(os.environ, config_path, flags)
+    known = runner_flags(resolved.settings.runners_dir)  # None when no runner is built: loads will say so
+    if known is not None:
+        config_file.check_extra_args(resolved.config, known)
+    return resolved
+
+
 @cli.command(short_help="Start ollama-py", epilog=epilog(*SERVE_VARS))
-def serve() -> None:
-    """Start the server (configured with the OLLAMA_* environment variables below)."""
+@_config_options
+@click.option("--print-config", is_flag=True, help="Print the effective settings and where each came from, and exit")
+def serve(config_path: str | None, assignments: tuple[str, ...], print_config: bool) -> None:
+    """Start the server (configured by flags, the OLLAMA_* environment variables below, and the config file)."""
+    from ollama_py import config_file
+
+    resolved = _resolve_config(config_path, assignments)
+    if print_config:
+        click.echo(config_file.show(resolved), nl=False)
+        return
     from ollama_py.server.serve import run_server
 
-    run_server(Settings.from_env())
+    run_server(resolved.settings)
+
+
+@click.group(short_help="Show the effective settings")
+def config() -> None:
+    """The config file (TOML; see the README's Configuration section)."""
+
+
+@config.command("show")
+@_config_options
+def config_show(config_path: str | None, assignments: tuple[str, ...]) -> None:
+    """Print the effective settings and where each came from (flag, environment, file or default)."""
+    from ollama_py import config_file
+
+    click.echo(config_file.show(_resolve_config(config_path, assignments)), nl=False)
 
 
 cli.add_command(commands.create)  # after serve, which the decorator registered first
@@ -105,6 +153,7 @@ cli.add_command(commands.ps)
 cli.add_command(commands.cp)
 cli.add_command(commands.rm)
 cli.add_command(rpc_worker)
+cli.add_command(config)
 
 
 def _alias(command: click.Command, name: str) -> click.Command:
