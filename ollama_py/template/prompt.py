@@ -28,6 +28,7 @@ from typing import Any
 
 from ollama_py.errors import TemplateError
 from ollama_py.template import nodes as n
+from ollama_py.template.exec import DEFAULT_LIMITS, Limits
 from ollama_py.template.gotemplate import Template, parse_template
 
 log = logging.getLogger(__name__)
@@ -235,6 +236,7 @@ def render_prompt(
     suffix: str | None = None,
     think: bool | str | None = None,
     generate_response: str = "",
+    limits: Limits = DEFAULT_LIMITS,
 ) -> str:
     """The prompt Ollama would send to the model.
 
@@ -248,6 +250,7 @@ def render_prompt(
     think: None (not set), a bool, or a level string ("high"...), which also sets .ThinkLevel.
     generate_response: the .Response of the open turn. Ollama always renders with "", so the
       prompt ends where the answer starts; pass text to render a finished turn instead.
+    limits: what each execution of the template may spend (exec.Limits).
     """
     pt = parse_prompt_template(template_text)
     msgs = [dict(m) for m in messages]
@@ -259,7 +262,8 @@ def render_prompt(
         prompt = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "user"), "")
         if prompt:
             log.debug("rendering fill-in-the-middle prompt")
-            return pt.template.execute({"Prompt": prompt, "Suffix": suffix, "Response": generate_response, **thinking})
+            return pt.template.execute({"Prompt": prompt, "Suffix": suffix, "Response": generate_response, **thinking},
+                                       limits)
         # Ollama's generate passes no messages at all when a suffix is set.
         msgs = []
 
@@ -273,20 +277,21 @@ def render_prompt(
             "Response": generate_response,
             **thinking,
         }
-        return pt.template.execute(data)
+        return pt.template.execute(data, limits)
     log.debug("rendering %d messages with a legacy .Prompt/.Response template", len(collated))
-    return _render_legacy(pt, collated, thinking, generate_response)
+    return _render_legacy(pt, collated, thinking, generate_response, limits)
 
 
 def _render_legacy(
-    pt: PromptTemplate, collated: list[dict[str, Any]], thinking: dict[str, Any], generate_response: str
+    pt: PromptTemplate, collated: list[dict[str, Any]], thinking: dict[str, Any], generate_response: str,
+    limits: Limits,
 ) -> str:
     """One execution per finished exchange, then the open one with everything after .Response cut."""
     parts: list[str] = []
     turn = {"System": "", "Prompt": "", "Response": ""}
 
     def flush() -> None:
-        parts.append(pt.template.execute({**turn, **thinking}))
+        parts.append(pt.template.execute({**turn, **thinking}, limits))
         turn.update(System="", Prompt="", Response="")
 
     for msg in collated:
@@ -306,5 +311,5 @@ def _render_legacy(
         raise TemplateError("template: cannot cut this template after {{ .Response }}: it sits in a block with an {{else}}")
     if not turn["Response"]:
         turn["Response"] = generate_response
-    parts.append(pt.legacy_last.execute({**turn, **thinking}))
+    parts.append(pt.legacy_last.execute({**turn, **thinking}, limits))
     return "".join(parts)
