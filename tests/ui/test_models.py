@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from playwright.sync_api import expect
 
 from ollama_py.api.names import parse_name
@@ -133,3 +134,13 @@ def test_cancel_stops_a_pull(page: Any, fake_console: Any, registry: Any, tmp_pa
         expect(page.locator("#pull-start")).to_be_enabled()
         assert re.search(r"\d+ %", page.locator("#pull-layers .pct").first.inner_text())
         expect(row(page, slow)).to_have_count(0)
+
+
+def test_with_no_models_the_chat_points_to_the_models_page(page: Any, fake_console: Any) -> None:
+    console = fake_console()
+    requests.delete(f"{console.url}/api/delete", json={"model": "tiny"}, timeout=30).raise_for_status()
+    page.goto(f"{console.url}/ui/")
+    expect(page.locator("#messages .hint")).to_contain_text("no local model yet")
+    page.locator("#messages .hint a").click()
+    expect(page.locator("#models-empty")).to_be_visible()
+    expect(page.locator("#pull-form")).to_be_visible()

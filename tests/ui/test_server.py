@@ -66,12 +66,13 @@ def test_noui_turns_the_console_off(fake_console: Any) -> None:
     assert requests.get(f"{console.url}/api/tags", timeout=10).ok
 
 
-def test_console_files_are_served_with_a_strict_content_security_policy(fake_console: Any) -> None:
+def test_console_files_have_a_strict_csp_and_the_api_host_check(fake_console: Any) -> None:
     console = fake_console()
     for path in ("/ui/", "/ui/js/main.js", "/ui/vendor/purify.es.mjs"):
         r = requests.get(console.url + path, timeout=10)
         assert r.ok, path
         assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+    assert requests.get(f"{console.url}/ui/", headers={"Host": "evil.example"}, timeout=10).status_code == 403
     assert requests.get(f"{console.url}/ui/../pyproject.toml", timeout=10).status_code == 404
     assert requests.get(f"{console.url}/ui/%2e%2e/%2e%2e/pyproject.toml", timeout=10).status_code == 404
 

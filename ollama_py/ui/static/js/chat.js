@@ -91,7 +91,11 @@ function renderChat() {
   const chat = current();
   const box = $('#messages');
   if (!chat) {
-    box.replaceChildren(h('p', { class: 'muted' }, 'Pick a model and send a message.'));
+    const none = $('#chat-model').options.length === 0;
+    box.replaceChildren(none
+      ? h('p', { class: 'muted hint' }, 'There is no local model yet: ', h('a', { href: '#models' }, 'pull or create one'),
+        ' on the Models page, then come back here to chat with it.')
+      : h('p', { class: 'muted hint' }, 'Pick a model and send a message.'));
     return;
   }
   box.replaceChildren(...chat.messages.map(messageElement));
@@ -195,6 +199,7 @@ export async function refreshModels() {
   const { models } = await getJSON('/api/tags');
   select.replaceChildren(...models.map((m) => h('option', { value: m.name }, m.name)));
   if (before && models.some((m) => m.name === before)) select.value = before;
+  if (!current()) renderChat();
   await modelChanged();
 }
 
