@@ -1,0 +1,57 @@
+"""The console's data routes (server/routes_ui.py) over the fake runner, without a browser."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+async def client(fake_app: Any, aiohttp_client: Any) -> Any:
+    _, app = fake_app()
+    return await aiohttp_client(app)
+
+
+async def test_a_modelfile_becomes_the_create_request_it_stands_for(client: Any) -> None:
+    r = await client.post("/ui/api/modelfile", json={"modelfile": 'FROM tiny\nSYSTEM """Be brief."""\n'
+                                                                   "PARAMETER temperature 0.2\nPARAMETER stop <end>\n"})
+    assert r.status == 200
+    assert await r.json() == {"from": "tiny", "system": "Be brief.",
+                              "parameters": {"temperature": 0.2, "stop": ["<end>"]}}
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    pytest.param("SYSTEM hi\n", "no FROM line", id="no-from"),
+    pytest.param("FROM ./weights.gguf\n", "for a local file use `ollama-py create", id="local-file"),
+    pytest.param("FROM tiny\nBOGUS x\n", "(line 2)", id="bad-command"),
+])
+async def test_a_modelfile_the_console_cannot_use_is_a_400_saying_why(client: Any, text: str, error: str) -> None:
+    r = await client.post("/ui/api/modelfile", json={"modelfile": text})
+    assert r.status == 400
+    assert error in (await r.json())["error"]
+
+
+async def test_the_live_stream_starts_with_what_happened_before(client: Any) -> None:
+    assert (await client.get("/api/tags")).status == 200
+    r = await client.get("/ui/api/events")
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    head = b""
+    while b"\n\n" not in head:
+        head += await r.content.readany()
+    event, data = head.split(b"\n\n", 1)[0].decode().split("\n")
+    assert event == "event: hello"
+    hello = json.loads(data.removeprefix("data: "))
+    assert [q["path"] for q in hello["requests"]] == ["/api/tags"]  # the console's own requests are not listed
+    assert len(hello["series"]) > 0
+    r.close()
+
+
+async def test_server_facts_hide_the_api_keys(fake_app: Any, aiohttp_client: Any) -> None:
+    _, app = fake_app(api_keys=("k1", "k2"))
+    c = await aiohttp_client(app)
+    r = await c.get("/ui/api/server", headers={"Authorization": "Bearer k1"})
+    info = await r.json()
+    assert info["settings"]["OLLAMA_API_KEYS"] == "2 set"
+    assert "k1" not in json.dumps(info)
