@@ -1,6 +1,7 @@
 """Reliability: inject faults into a running `serve`, count what clients saw, write bench/results/reliability.md.
 
     .venv/bin/python bench/reliability.py [--rounds 10] [--model PATH.gguf] [--out bench/results/reliability.md]
+                                          [--cases faults bad load stop disk real hardening]
 
 `serve` runs as a subprocess over the fake llama-server (tests/fakes/fake_llama_server.py) for the fault
 kinds that need a runner to misbehave on cue; with --model, a runner SIGKILLed mid-stream is also repeated
@@ -13,6 +14,9 @@ with the real llama-server and SmolLM2. Every request the script sends is classi
 "Requests lost" must be 0. A fault is "survived" when the request it hit was answered or refused and the next
 request on the same server was answered. Bad inputs are the table of tests/unit/test_bad_input.py plus
 schema-generated and mistyped bodies (tests/unit/test_openapi.py) sent to serve; "refused" means a 4xx.
+The issue-22 cases (bench/hardening.py: template bombs, 10,000 tools, a request's rpc_servers, slowloris, huge
+keep_alive, GGUF header bombs, a deleted blob, a wrong digest, a second serve) record the status and error text
+each got, and the largest gap another client (a ticker asking /api/version every 10 ms) saw meanwhile.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import hardening  # noqa: E402
 from tests.conftest import create_from_file, start_serve, stop_serve, write_tiny_gguf  # noqa: E402
 from tests.integration.test_faults import _one_request  # noqa: E402
 from tests.integration.test_no_orphans import (  # noqa: E402
@@ -242,32 +247,73 @@ def bad_inputs(url: str) -> Counter:
     return seen
 
 
-def report(tally: Tally, load: dict[str, Any], bad: Counter, rounds: int, real: bool) -> str:
+def load_line() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min)"
+
+
+def report(tally: Tally, load: dict[str, Any] | None, bad: Counter | None, rounds: int, real: bool,
+           hard: list[hardening.Row], loads: tuple[str, str]) -> str:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Reliability", "",
         f"`bench/reliability.py --rounds {rounds}` on {platform.machine()}, {psutil.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, {now}. `serve` runs as a subprocess over the fake llama-server"
         + (" (and the real llama-server with SmolLM2 for the SIGKILL row marked real)." if real else "."),
+        f"The machine is shared and was busy: {loads[0]} at the start, {loads[1]} at the end, on "
+        f"{psutil.cpu_count()} CPUs.",
         "Every request is classified: answered (complete), refused (status >= 400 or a final `{\"error\"}` line),"
         " lost (anything else). A fault is survived when its request was answered or refused, the runner was"
         " reaped, and the next request was answered.", "",
-        "## Faults", "", "| fault | injected | survived |", "|---|---:|---:|",
     ]
-    for kind in tally.injected:
-        lines.append(f"| {kind} | {tally.injected[kind]} | {tally.survived[kind]} |")
-    lines += ["", "## Requests", "",
-              "Every request of the fault runs and the load rounds (the 503s of the load rounds are refusals).", "",
-              "| answered | refused | lost |", "|---:|---:|---:|",
-              f"| {tally.outcomes['answered']} | {tally.outcomes['refused']} | **{tally.outcomes['lost']}** |", ""]
+    if tally.injected:
+        lines += ["## Faults", "", "| fault | injected | survived |", "|---|---:|---:|"]
+        for kind in tally.injected:
+            lines.append(f"| {kind} | {tally.injected[kind]} | {tally.survived[kind]} |")
+        lines += ["", "## Requests", "",
+                  "Every request of the fault runs and the load rounds (the 503s of the load rounds are refusals).",
+                  "", "| answered | refused | lost |", "|---:|---:|---:|",
+                  f"| {tally.outcomes['answered']} | {tally.outcomes['refused']} | **{tally.outcomes['lost']}** |",
+                  ""]
+    if hard:
+        lines += hardening_section(hard)
+    if load is not None:
+        lines += load_section(load, rounds)
+    if bad is not None:
+        lines += bad_section(bad)
+    lines += found_section()
+    if tally.notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in tally.notes], ""]
+    return "\n".join(lines)
+
+
+def hardening_section(rows: list[hardening.Row]) -> list[str]:
+    idle = next((r.gap_ms for r in rows if r.case.startswith("idle")), 0.0)
+    return [
+        "## Hostile and unlucky requests (issue 22)", "",
+        "bench/hardening.py, one `serve` over the fake runner (`OLLAMA_PY_MAX_CONNECTIONS=64`, otherwise the"
+        " defaults). Each step sends one thing and records the status and the error text; meanwhile a ticker (another"
+        " client, its own thread and keep-alive connection) asks `GET /api/version` every 10 ms, and *largest gap* is"
+        " the longest time between two of its answers during the step: how long the gateway's event loop was"
+        f" unavailable to everyone else, plus this machine's noise (the idle row: {idle:.0f} ms).", "",
+        *hardening.table(rows), "",
+    ]
+
+
+def load_section(load: dict[str, Any], rounds: int) -> list[str]:
     c = load["counts"]
-    lines += [
+    return [
         "## Load held", "",
         f"{rounds} rounds of 200 concurrent requests (generate, chat stream, OpenAI chat) with "
         "`OLLAMA_MAX_QUEUE=8`, one slot, 4 tokens at 50 ms: "
         f"{c['ok']} complete answers, {c['busy']} `503 server busy`, {c['lost']} other. "
         f"serve RSS {load['rss0'] >> 20} MiB before, peak {load['peak'] >> 20} MiB, "
         f"{load['rss_end'] >> 20} MiB after; the next request: {load['after']}.", "",
+    ]
+
+
+def bad_section(bad: Counter) -> list[str]:
+    return [
         "## Bad input", "",
         f"{bad['tried']} hand-written bad requests (tests/unit/test_bad_input.py's table): "
         f"{bad['refused (4xx)']} refused with a 4xx"
@@ -275,7 +321,10 @@ def report(tally: Tally, load: dict[str, Any], bad: Counter, rounds: int, real: 
         f"{bad['fuzzed']} generated bodies (schema-conforming and mistyped, tests/unit/test_openapi.py's "
         f"strategies): {bad['fuzz 4xx']} refused with a 4xx, {bad['fuzz 5xx']} got a 5xx, the rest answered.", "",
     ]
-    lines += [
+
+
+def found_section() -> list[str]:
+    return [
         "## Found and fixed while building these", "",
         "- closing a runner's HTTP session under a stream left the stream waiting forever (aiohttp drops the"
         " payload before the connection-lost callback): SIGTERM of serve with a stream in flight took 10 s and cut"
@@ -288,9 +337,9 @@ def report(tally: Tally, load: dict[str, Any], bad: Counter, rounds: int, real: 
         "- out-of-range `context` token ids went to the runner; a refused CORS origin still got"
         " `Access-Control-Allow-Origin`.", "",
     ]
-    if tally.notes:
-        lines += ["## Notes", "", *[f"- {n}" for n in tally.notes], ""]
-    return "\n".join(lines)
+
+
+CASES = ("faults", "bad", "load", "stop", "disk", "real", "hardening")
 
 
 def main() -> None:
@@ -298,41 +347,56 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="SmolLM2 GGUF for the real-runner row")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.md")
+    ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="which parts to run (all)")
     args = ap.parse_args()
+    cases = set(args.cases)
     tally = Tally()
+    load: dict[str, Any] | None = None
+    bad: Counter | None = None
+    hard: list[hardening.Row] = []
+    real = False
+    load_before = load_line()
     with tempfile.TemporaryDirectory(prefix="reliability-") as scratch:
         tmp = Path(scratch)
         gguf = write_tiny_gguf(tmp / "tiny.gguf")
 
-        proc, url = start_fake_serve(tmp / "a", gguf, {"OLLAMA_REQUEST_TIMEOUT": "1s", **ENDLESS})
-        try:
-            for _ in range(args.rounds):
-                killed_mid_stream(url, proc.pid, signal.SIGKILL, "tiny", tally, "runner SIGKILLed mid-stream")
-                killed_mid_stream(url, proc.pid, signal.SIGSTOP, "tiny", tally,
-                                  "runner SIGSTOPped mid-stream (request timeout)")
-                hung_up(url, tally)
-        finally:
-            stop_serve(proc)
+        if "hardening" in cases:
+            hard = hardening.run(tmp / "h", gguf)
 
-        proc, url = start_fake_serve(tmp / "c", gguf, {"FAKE_TOKENS": "4"})
-        try:
-            bad = bad_inputs(url)
-        finally:
-            stop_serve(proc)
+        if "faults" in cases:
+            proc, url = start_fake_serve(tmp / "a", gguf, {"OLLAMA_REQUEST_TIMEOUT": "1s", **ENDLESS})
+            try:
+                for _ in range(args.rounds):
+                    killed_mid_stream(url, proc.pid, signal.SIGKILL, "tiny", tally, "runner SIGKILLed mid-stream")
+                    killed_mid_stream(url, proc.pid, signal.SIGSTOP, "tiny", tally,
+                                      "runner SIGSTOPped mid-stream (request timeout)")
+                    hung_up(url, tally)
+            finally:
+                stop_serve(proc)
 
-        proc, url = start_fake_serve(tmp / "b", gguf, {"OLLAMA_MAX_QUEUE": "8", "FAKE_TOKEN_DELAY": "0.05",
-                                                       "FAKE_TOKENS": "4"})
-        try:
-            load = flood(url, proc.pid, args.rounds, tally)
-        finally:
-            stop_serve(proc)
+        if "bad" in cases:
+            proc, url = start_fake_serve(tmp / "c", gguf, {"FAKE_TOKENS": "4"})
+            try:
+                bad = bad_inputs(url)
+            finally:
+                stop_serve(proc)
 
-        for i, how in enumerate(["SIGTERM", "Ctrl-C", "SIGKILL"] * max(1, args.rounds // 3)):
-            serve_stopped(tmp / f"s{i}", gguf, how, tally)
+        if "load" in cases:
+            proc, url = start_fake_serve(tmp / "b", gguf, {"OLLAMA_MAX_QUEUE": "8", "FAKE_TOKEN_DELAY": "0.05",
+                                                           "FAKE_TOKENS": "4"})
+            try:
+                load = flood(url, proc.pid, args.rounds, tally)
+            finally:
+                stop_serve(proc)
 
-        disk_full(tmp / "disk", gguf, tally)
+        if "stop" in cases:
+            for i, how in enumerate(["SIGTERM", "Ctrl-C", "SIGKILL"] * max(1, args.rounds // 3)):
+                serve_stopped(tmp / f"s{i}", gguf, how, tally)
 
-        real = args.model.is_file()
+        if "disk" in cases:
+            disk_full(tmp / "disk", gguf, tally)
+
+        real = "real" in cases and args.model.is_file()
         if real:
             (tmp / "real").mkdir()
             proc, url, _ = start_serve(tmp / "real")
@@ -344,7 +408,7 @@ def main() -> None:
             finally:
                 stop_serve(proc)
 
-    text = report(tally, load, bad, args.rounds, real)
+    text = report(tally, load, bad, args.rounds, real, hard, (load_before, load_line()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)

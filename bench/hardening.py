@@ -1,0 +1,334 @@
+"""The issue-22 cases, each against a live `serve` over the fake llama-server: what a hostile or unlucky client
+gets back, and the largest pause another client saw meanwhile.
+
+    .venv/bin/python bench/reliability.py --cases hardening     (or run as part of the whole reliability bench)
+
+Every step sends one thing (a template bomb, 10,000 tools, a GGUF header bomb, ...) while a *ticker* (another
+client, its own thread and keep-alive connection) asks `GET /api/version` every 10 ms; the step records the
+status and the error text it got, and the ticker the largest gap between two of its answers (from the step's
+start to its end). The gateway answers /api/version on its event loop, so a gap is the longest time the loop (or
+the process) was unavailable to anyone else, plus this machine's scheduling noise: the "idle" row measures that
+noise with nothing else going on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import start_serve, stop_serve, upload_blob, write_tiny_gguf
+from tests.fakes.gguf_files import (
+    T_ARRAY,
+    T_STRING,
+    T_UINT32,
+    gguf_string,
+    nested_array,
+    raw_gguf,
+    u32,
+)
+from tests.integration.test_no_orphans import fake_runners_dir
+
+TICK = 0.010  # seconds between the ticker's requests
+CAP = 64  # OLLAMA_PY_MAX_CONNECTIONS for this serve: a cap small enough to pass from one script
+TOOLS_TEMPLATE = ("{{- if .Tools }}{{ range .Tools }}{{ json . }}\n{{ end }}{{ end }}"
+                  "{{ range .Messages }}{{ .Role }}: {{ .Content }}\n{{ end }}")
+
+
+@dataclass
+class Row:
+    case: str
+    step: str
+    status: str  # an HTTP status, or what happened instead ("exit 1", "timeout")
+    text: str  # the error text (or the part of the answer that matters)
+    gap_ms: float  # the largest gap between two answers the ticker saw during the step
+    ticker_errors: int  # the ticker's requests that failed (connection refused/reset, status != 200)
+
+
+@dataclass
+class Ticker:
+    """Another client: GET /api/version every TICK seconds on its own thread and connection."""
+
+    url: str
+    answers: list[float] = field(default_factory=list)
+    errors: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _run(self) -> None:
+        session = requests.Session()
+        while not self._stop.is_set():
+            try:
+                ok = session.get(self.url + "/api/version", timeout=30).status_code == 200
+            except requests.RequestException:
+                ok = False
+                session = requests.Session()  # the server may have closed it; a fresh connection next time
+            if ok:
+                self.answers.append(time.monotonic())
+            else:
+                self.errors += 1
+            self._stop.wait(TICK)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Ticker]:
+        start = time.monotonic()
+        thread = threading.Thread(target=self._run, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            thread.join(60)
+            self.answers = [start, *self.answers, time.monotonic()]
+
+    @property
+    def gap_ms(self) -> float:
+        return max(b - a for a, b in zip(self.answers, self.answers[1:])) * 1000
+
+
+def error_text(r: requests.Response) -> str:
+    try:
+        body = r.json()
+    except ValueError:
+        return r.text[:160]
+    if isinstance(body, dict) and "error" in body:
+        return str(body["error"])
+    return json.dumps(body)[:160]
+
+
+@dataclass
+class Bench:
+    url: str
+    rows: list[Row] = field(default_factory=list)
+
+    def step(self, case: str, step: str, send: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+        ticker = Ticker(self.url)
+        with ticker.running():
+            time.sleep(0.1)  # the ticker's first answers: its connection is open before the step begins
+            try:
+                status, text = send()
+            except requests.Timeout:
+                status, text = "timeout", "no answer within the client's timeout"
+            except requests.RequestException as e:
+                status, text = "no answer", type(e).__name__
+            time.sleep(0.1)
+        self.rows.append(Row(case, step, status, text, ticker.gap_ms, ticker.errors))
+        print(f"{case} / {step}: {status} {text[:100]!r} gap {ticker.gap_ms:.0f} ms", file=sys.stderr)
+        return status, text
+
+    def call(self, method: str, path: str, timeout: float = 120, **kw: Any) -> tuple[str, str]:
+        r = requests.request(method, self.url + path, timeout=timeout, **kw)
+        return str(r.status_code), error_text(r) if r.status_code >= 400 else "ok"
+
+
+def idle(b: Bench) -> None:
+    def send() -> tuple[str, str]:
+        time.sleep(2)
+        return "-", "-"
+
+    b.step("idle (the machine's own noise)", "nothing sent for 2 s", send)
+
+
+def template_bombs(b: Bench) -> None:
+    for bomb in ("{{range 10000000}}x{{end}}", '{{printf "%0400000000d" 1}}'):
+        b.step("template bomb", f"/api/generate template `{bomb}`", functools.partial(
+            b.call, "POST", "/api/generate", json={"model": "tiny", "prompt": "hi", "template": bomb,
+                                                   "stream": False, "options": {"num_predict": 1}}))
+
+
+def many_tools(b: Bench) -> None:
+    b.call("POST", "/api/create", json={"model": "tooly", "from": "tiny", "template": TOOLS_TEMPLATE,
+                                        "stream": False})
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"tool number {i}", "parameters": {
+            "type": "object", "properties": {"x": {"type": "string", "description": "an argument"}},
+            "required": ["x"]}}} for i in range(10_000)]
+    body = json.dumps({"model": "tooly", "messages": [{"role": "user", "content": "hi"}], "tools": tools,
+                       "stream": False, "options": {"num_predict": 1}})
+    b.step("10,000 tools", f"/api/chat, {len(body) >> 20} MiB body, a template that renders every tool",
+           lambda: b.call("POST", "/api/chat", data=body, headers={"Content-Type": "application/json"}))
+    # The same body to a model without tools: refused once parsed, so its gap is the body's parsing alone.
+    plain_body = body.replace('"model": "tooly"', '"model": "tiny"', 1)
+    b.step("10,000 tools", "the same body to a model without tools (refused after parsing)",
+           lambda: b.call("POST", "/api/chat", data=plain_body, headers={"Content-Type": "application/json"}))
+    # The body limit is 64 MiB: a body near it made of small JSON values is the most parsing one request can ask.
+    context = json.dumps({"model": "tiny", "prompt": "hi", "stream": False, "context": [7] * 20_000_000})
+    b.step("a big JSON body", f"/api/generate with a context of 2e7 token ids ({len(context) >> 20} MiB)",
+           lambda: b.call("POST", "/api/generate", data=context, headers={"Content-Type": "application/json"}))
+
+
+def rpc_servers(b: Bench) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def send() -> tuple[str, str]:
+            status, text = b.call("POST", "/api/generate", json={
+                "model": "tiny", "prompt": "hi", "stream": False, "options": {"rpc_servers": f"127.0.0.1:{port}"}})
+            ready, _, _ = select.select([listener], [], [], 2.0)  # a connection made late would still show
+            return status, f"{text} — connections to the client's listener: {len(ready)}"
+
+        b.step("options.rpc_servers", "/api/generate naming a listener of the client's", send)
+
+
+def slowloris(b: Bench) -> None:
+    """2 x CAP connections that trickle a request head a byte at a time, then an ordinary request."""
+    port = int(b.url.rsplit(":", 1)[1])
+    socks: list[socket.socket] = []
+
+    def send() -> tuple[str, str]:
+        for _ in range(2 * CAP):
+            with contextlib.suppress(OSError):
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                socks.append(s)
+        for _ in range(3):  # keep them all trickling for a while
+            for s in socks:
+                with contextlib.suppress(OSError):
+                    s.sendall(b"a")
+            time.sleep(0.5)
+        status, text = b.call("POST", "/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False})
+        closed = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                closed += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        return status, (f"{text} (an ordinary generate meanwhile); slow connections closed by serve: "
+                        f"{closed} of {len(socks)}")
+
+    try:
+        b.step("slowloris", f"{2 * CAP} connections trickling headers, OLLAMA_PY_MAX_CONNECTIONS={CAP}", send)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def huge_keep_alive(b: Bench) -> None:
+    for keep in (1e12, "9999999999h"):
+        b.step("keep_alive forever", f"/api/generate keep_alive {json.dumps(keep)}", functools.partial(
+            b.call, "POST", "/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False,
+                                                   "keep_alive": keep, "options": {"num_predict": 1}}))
+
+        def ps() -> tuple[str, str]:
+            r = requests.get(b.url + "/api/ps", timeout=60)
+            if r.status_code != 200:
+                return str(r.status_code), error_text(r)
+            return "200", "expires_at " + ", ".join(m["expires_at"] for m in r.json()["models"])
+
+        b.step("keep_alive forever", "then /api/ps", ps)
+    b.call("POST", "/api/generate", json={"model": "tiny", "keep_alive": 0})
+
+
+def gguf_bombs(b: Bench) -> None:
+    arch = ("general.architecture", T_STRING, gguf_string("llama"))
+    bombs = {"a GGUF claiming 2e7 blocks": raw_gguf([arch, ("llama.block_count", T_UINT32, u32(20_000_000))]),
+             "a 5,000-deep nested array": raw_gguf([arch, ("a", T_ARRAY, nested_array(5000))])}
+    for what, data in bombs.items():
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        b.call("POST", f"/api/blobs/{digest}", data=data)
+        b.step("GGUF header bomb", f"/api/create from {what} ({len(data):,} bytes)", functools.partial(
+            b.call, "POST", "/api/create", json={"model": "bomb", "files": {"m.gguf": digest}, "stream": False}))
+
+
+def deleted_blob(b: Bench, models: Path, scratch: Path) -> None:
+    """A loaded model whose weights file is deleted from disk (its own blob: not shared with "tiny")."""
+    gguf = write_tiny_gguf(scratch / "gone.gguf", blocks=1)
+    digest = upload_blob(b.url, gguf)
+    b.call("POST", "/api/create", json={"model": "gone", "files": {"gone.gguf": digest}, "stream": False})
+    gen = {"model": "gone", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}
+    b.call("POST", "/api/generate", json=gen)  # loaded
+    (models / "blobs" / digest.replace(":", "-")).unlink()
+    case = "blob deleted from disk"
+    b.step(case, "generate (still loaded)", lambda: b.call("POST", "/api/generate", json=gen))
+    b.step(case, "keep_alive 0 (unload)", lambda: b.call("POST", "/api/generate",
+                                                         json={"model": "gone", "keep_alive": 0}))
+    b.step(case, "generate (needs a load)", lambda: b.call("POST", "/api/generate", json=gen))
+    b.step(case, "/api/delete", lambda: b.call("DELETE", "/api/delete", json={"model": "gone"}))
+
+
+def wrong_digest(b: Bench) -> None:
+    case = "DELETE name@sha256:<wrong>"
+    b.step(case, "DELETE tiny@sha256:00…", lambda: b.call("DELETE", "/api/delete",
+                                                          json={"model": "tiny@sha256:" + "0" * 64}))
+    b.step(case, "then /api/show tiny", lambda: b.call("POST", "/api/show", json={"model": "tiny"}))
+
+
+def second_serve(b: Bench, env: dict[str, str]) -> None:
+    def send() -> tuple[str, str]:
+        port = socket.create_server(("127.0.0.1", 0))
+        free = port.getsockname()[1]
+        port.close()
+        try:
+            done = subprocess.run([sys.executable, "-m", "ollama_py", "serve"], check=False, cwd=ROOT,
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**env, "OLLAMA_HOST": f"127.0.0.1:{free}"})
+        except subprocess.TimeoutExpired:
+            return "timeout", "the second serve was still running after 60 s"
+        lines = done.stderr.strip().splitlines()
+        return f"exit {done.returncode}", lines[-1] if lines else ""
+
+    b.step("a second serve on the same store", "`ollama-py serve` with the same OLLAMA_MODELS", send)
+
+
+def run(scratch: Path, gguf: Path) -> list[Row]:
+    """Every case against one serve (over the fake runner, one slot, 2 fast tokens)."""
+    from tests.conftest import create_tiny_model, make_settings
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    create_tiny_model(make_settings(scratch), gguf)
+    proc, url, env = start_serve(scratch, {"OLLAMA_RUNNERS_DIR": str(fake_runners_dir(scratch)),
+                                           "OLLAMA_PY_MAX_CONNECTIONS": str(CAP), "OLLAMA_NOUI": "1",
+                                           "FAKE_TOKENS": "2", "FAKE_TOKEN_DELAY": "0.005"})
+    b = Bench(url)
+    try:
+        b.call("POST", "/api/generate", json={"model": "tiny", "prompt": "warm up", "stream": False})
+        for case in (idle, template_bombs, many_tools, rpc_servers, slowloris, huge_keep_alive, gguf_bombs,
+                     wrong_digest):
+            case(b)
+        deleted_blob(b, scratch / "models", scratch)
+        second_serve(b, env)
+        alive = b.call("GET", "/api/version")
+        if alive[0] != "200" or proc.poll() is not None:
+            b.rows.append(Row("after every case", "GET /api/version", alive[0], alive[1], 0, 0))
+    finally:
+        stop_serve(proc)
+    return b.rows
+
+
+def table(rows: list[Row]) -> list[str]:
+    out = ["| case | step | status | error text (or answer) | largest gap | ticker errors |",
+           "|---|---|---|---|---:|---:|"]
+    for r in rows:
+        text = r.text.replace("|", "\\|").replace("\n", " ")
+        if len(text) > 220:
+            text = text[:217] + "..."
+        out.append(f"| {r.case} | {r.step} | {r.status} | {text} | {r.gap_ms:.0f} ms | {r.ticker_errors} |")
+    return out
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hardening-") as tmp:
+        rows = run(Path(tmp) / "h", write_tiny_gguf(Path(tmp) / "tiny.gguf"))
+    print("\n".join(table(rows)))
+    print(f"load average: {os.getloadavg()}")
