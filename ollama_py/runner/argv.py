@@ -65,6 +65,10 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         argv += ["-b", str(spec.num_batch), "-ub", str(spec.num_batch)]
     if spec.n_gpu_layers is not None:
         argv += ["-ngl", str(spec.n_gpu_layers)]
+    if spec.n_gpu_layers == 0:
+        # no layer offloaded means no GPU at all: without this llama-server still puts its compute buffers on
+        # the first GPU and runs large batches there (op offload), holding device memory a user kept free
+        argv += ["--device", "none"]
     if spec.num_thread:
         argv += ["-t", str(spec.num_thread)]
     if spec.flash_attention:

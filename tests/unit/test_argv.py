@@ -28,7 +28,9 @@ def test_defaults_bind_loopback_and_share_the_context() -> None:
 @pytest.mark.parametrize(("spec", "present", "absent"), [
     pytest.param(LaunchSpec(model=MODEL, num_batch=256), [("-b", "256"), ("-ub", "256")], [], id="num_batch"),
     pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=None), [], ["-ngl"], id="gpu-layers-unset"),
-    pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=12), [("-ngl", "12")], [], id="gpu-layers"),
+    pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=12), [("-ngl", "12")], ["--device"], id="gpu-layers"),
+    pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=0), [("-ngl", "0"), ("--device", "none")], [],
+                 id="no-layers-no-gpu-at-all"),
     pytest.param(LaunchSpec(model=MODEL, num_thread=3), [("-t", "3")], [], id="threads"),
     pytest.param(LaunchSpec(model=MODEL, flash_attention="on"), [("--flash-attn", "on")], [], id="flash-attn"),
     pytest.param(LaunchSpec(model=MODEL, kv_cache_type="q8_0"),
