@@ -21,7 +21,7 @@ from ollama_py.estimate import memory
 from ollama_py.runner import rpc, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess, RunnerState
-from ollama_py.scheduler import policy
+from ollama_py.scheduler import model_settings, policy
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 
 log = logging.getLogger(__name__)
@@ -221,7 +221,10 @@ def runner_gpus(variant: str, binary: Path | None, env: dict[str, str]) -> list[
     return devices.runner_gpus(devices.list_devices(binary, env), variant)
 
 
-def default_scheduler(settings: Settings) -> Scheduler:
+def default_scheduler(settings: Settings,
+                      models: Callable[[Any], model_settings.ModelSettings] | None = None) -> Scheduler:
+    """The real scheduler. `models(model)` is a model's settings from the config file (its runner settings,
+    keep-alive): asked at every plan, so a reloaded file applies to the next load."""
     env = dict(os.environ)
     system = gpu_probe.probe_system_memory()
     built = variants.built_variants(settings.runners_dir)
@@ -265,7 +268,11 @@ def default_scheduler(settings: Settings) -> Scheduler:
 
     async def plan(model: Any, options: dict[str, Any], embedding: bool) -> LoadPlan:
         free = await workers.free(rpc.workers_for(options.get("rpc_servers"), settings.rpc_servers))
-        return plan_load(settings, gpus, system.free, model, options, embedding, lambda servers: free)
+        if models is None:
+            return plan_load(settings, gpus, system.free, model, options, embedding, lambda servers: free)
+        return model_settings.plan_with_settings(
+            models(model), settings, options,
+            lambda s, o: plan_load(s, gpus, system.free, model, o, embedding, lambda servers: free))
 
     scheduler = Scheduler(
         settings,
@@ -273,6 +280,7 @@ def default_scheduler(settings: Settings) -> Scheduler:
         runner_factory=runner_factory(settings, host=host),
         free_memory=free_memory,
         gpu_count=len(gpus),
+        default_keep_alive=(lambda model: models(model).keep_alive) if models is not None else (lambda model: None),
     )
     scheduler.listeners.append(record_actual_memory)
     scheduler.listeners.append(track_device_memory)  # after record_actual_memory: it reads what that one read

@@ -87,8 +87,10 @@ class Scheduler:
         free_memory: Callable[[LoadPlan], int | None] = lambda plan: None,
         gpu_count: int = 0,
         clock: Callable[[], float] = time.time,
+        default_keep_alive: Callable[[Any], float | None] = lambda model: None,
     ) -> None:
         self.settings = settings
+        self._default_keep_alive = default_keep_alive  # a model's own default (the config file), else settings'
         self._plan = plan
         self._runner_factory = runner_factory
         self._free_memory = free_memory
@@ -238,10 +240,14 @@ class Scheduler:
             name=name, model=model, plan=plan, runner=runner,
             client=LlamaClient("", read_timeout=read_timeout, api_key=runner.api_key),
             slots=asyncio.Semaphore(plan.spec.parallel),
-            session_duration=self.settings.keep_alive if keep_alive is None else keep_alive,
+            session_duration=self._keep_alive_of(model) if keep_alive is None else keep_alive,
         )
         self.loaded[plan.key] = loaded
         return loaded
+
+    def _keep_alive_of(self, model: Any) -> float:
+        own = self._default_keep_alive(model)
+        return self.settings.keep_alive if own is None else own
 
     def _ref(self, loaded: Loaded, keep_alive: float | None) -> None:
         loaded.refcount += 1

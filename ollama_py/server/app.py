@@ -7,20 +7,25 @@ import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+from prometheus_client import Counter
 
 from ollama_py.config import Settings
+from ollama_py.scheduler.model_settings import runner_flags
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server import keys
 from ollama_py.server.access_log import access_log_middleware
 from ollama_py.server.connections import ConnectionGuard, default_max_connections, open_file_limit
 from ollama_py.server.errors import error_middleware
+from ollama_py.server.live_config import LiveConfig, while_serving
 from ollama_py.server.security import add_cors_headers, security_middleware
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web.Application:
-    """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server)."""
+def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
+               live_config: LiveConfig | None = None) -> web.Application:
+    """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server), and
+    the LiveConfig that scheduler plans with (else one reads settings.config_file)."""
     from ollama_py.server import openapi, routes_models, routes_native, routes_openai, routes_tokens, routes_transfer
     from ollama_py.server.metrics import Metrics, metrics_routes
     from ollama_py.store.lock import StoreLock
@@ -37,6 +42,11 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
     app[keys.CONNECTIONS] = guard
     app[keys.STORE] = ModelStore(settings.models)
     app[keys.METRICS] = Metrics()
+    live = live_config or LiveConfig(settings, known_flags=lambda: runner_flags(settings.runners_dir))
+    app[keys.CONFIG] = live
+    reloads = Counter("ollama_config_reloads", "Reloads of the config file, by result (ok, error)", ["result"],
+                      registry=app[keys.METRICS].registry)
+    live.on_reload.append(lambda result: reloads.labels(result).inc())
     app.on_response_prepare.append(add_cors_headers)
     app.add_routes(routes_native.routes)
     app.add_routes(routes_models.routes)
@@ -56,11 +66,12 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
             removed = await asyncio.to_thread(store.prune)
             if removed:
                 log.info("pruned %d unused blobs and partial files", len(removed))
+        await live.load()  # the config file's model tables, before the scheduler plans with them
         sched = scheduler
         if sched is None:
             from ollama_py.scheduler.factory import default_scheduler
 
-            sched = await asyncio.to_thread(default_scheduler, settings)
+            sched = await asyncio.to_thread(default_scheduler, settings, live.for_model)
         app[keys.SCHEDULER] = sched
         app[keys.METRICS].attach(sched)
         try:
@@ -86,5 +97,6 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None) -> web
 
     app.cleanup_ctx.append(hold_store)  # startup in order, cleanup in reverse: the lock outlives `lifecycle`
     app.cleanup_ctx.append(lifecycle)
+    app.cleanup_ctx.append(while_serving)  # preloads, then the config file's watcher: needs the scheduler
     app.on_shutdown.append(stop_runners)
     return app

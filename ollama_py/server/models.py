@@ -12,11 +12,12 @@ from aiohttp import web
 
 from ollama_py.api.names import ModelName
 from ollama_py.api.options import validate_options
-from ollama_py.config import parse_duration
+from ollama_py.config import Settings, parse_duration
 from ollama_py.errors import BadRequest, ModelNotFound
 from ollama_py.scheduler.factory import model_shape
 from ollama_py.server.access_log import current_stats
-from ollama_py.server.keys import SETTINGS, STORE
+from ollama_py.server.keys import CONFIG, SETTINGS, STORE
+from ollama_py.server.live_config import LiveConfig
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.server.rendering import warm_template
 from ollama_py.store.models import rfc3339 as store_rfc3339
@@ -27,18 +28,31 @@ log = logging.getLogger(__name__)
 async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
     """The stored model, or 404 `model 'x' not found` with the name as the user wrote it."""
     store = request.app[STORE]
-    model = store.peek(name)  # unchanged since last time: no thread hop, no file reads
-    if model is None:
-        try:
-            model = await asyncio.to_thread(_load, store, name)
-        except ModelNotFound:
-            raise ModelNotFound(raw) from None
+    # unchanged since last time: no thread hop, no file reads
+    model = store.peek(name) or await _load_or_alias(request, name, raw)
     _, at, digest = raw.partition("@")
     if at and canonical_digest(digest) != canonical_digest(model.digest):
         raise ModelNotFound(raw)  # name@sha256:<digest> names one version of the model: another one is not it
     current_stats().note_model(model)  # the access log and /metrics label requests with it
     await warm_template(model.template)  # its capabilities read the parsed template on the loop
     return model
+
+
+async def _load_or_alias(request: web.Request, name: ModelName, raw: str) -> Any:
+    """The stored model of that name, else the one a config file's alias names, else 404."""
+    store = request.app[STORE]
+    try:
+        return await asyncio.to_thread(_load, store, name)
+    except ModelNotFound:
+        live = request.app.get(CONFIG)
+        target = live.alias_target(name) if live is not None else None
+        if target is None:
+            raise ModelNotFound(raw) from None
+    try:
+        return store.peek(target) or await asyncio.to_thread(_load, store, target)
+    except ModelNotFound:
+        raise ModelNotFound(raw, f"model '{raw}' not found (an alias of '{target.short}', which is not in the "
+                                 "store)") from None
 
 
 def _load(store: Any, name: ModelName) -> Any:
@@ -55,14 +69,22 @@ def _load(store: Any, name: ModelName) -> Any:
 
 def merged_options(request: web.Request, model: Any, raw_options: Any) -> dict[str, Any]:
     """The model's PARAMETERs overlaid by the request's options (stops are merged, not replaced)."""
-    settings = request.app[SETTINGS]
-    opts: dict[str, Any] = {"num_ctx": settings.context_length}
-    opts.update(model.params or {})
+    opts = default_options(request.app[SETTINGS], request.app.get(CONFIG), model)
     requested = validate_options(raw_options) if raw_options is not None else {}
     model_stops = list(opts.get("stop") or [])
     opts.update(requested)
     if "stop" in requested:
         opts["stop"] = list(dict.fromkeys(model_stops + list(requested["stop"] or [])))
+    return opts
+
+
+def default_options(settings: Settings, live: LiveConfig | None, model: Any) -> dict[str, Any]:
+    """A model's options before a request's: the default context, its PARAMETERs, then the config file's
+    `options` for it (the operator's word over the Modelfile's)."""
+    opts: dict[str, Any] = {"num_ctx": settings.context_length}
+    opts.update(model.params or {})
+    if live is not None:
+        opts.update(live.for_model(model).options)
     return opts
 
 

@@ -19,7 +19,7 @@ from ollama_py.api.names import is_valid_digest, parse_name
 from ollama_py.api.options import format_params
 from ollama_py.errors import BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
-from ollama_py.server.keys import SCHEDULER, SETTINGS, STORE
+from ollama_py.server.keys import CONFIG, SCHEDULER, SETTINGS, STORE
 from ollama_py.server.models import find_model
 from ollama_py.server.requests import field, model_name, read_json, requested_model
 from ollama_py.server.streaming import collect, ndjson
@@ -61,6 +61,8 @@ async def iterate_in_thread(make: Callable[[], Iterator[dict[str, Any]]]) -> Asy
 @routes.get("/api/tags")
 async def tags(request: web.Request) -> web.Response:
     models = await asyncio.to_thread(request.app[STORE].list_models)
+    if CONFIG in request.app:
+        models = request.app[CONFIG].with_aliases(models)  # the config file's aliases, listed as copies
     return web.json_response({"models": models})
 
 

@@ -24,7 +24,7 @@ from ollama_py.server import embeddings
 from ollama_py.server import openai_translate as oai
 from ollama_py.server import responses_translate as rt
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
-from ollama_py.server.keys import SCHEDULER, STORE
+from ollama_py.server.keys import CONFIG, SCHEDULER, STORE
 from ollama_py.server.models import find_model, keep_alive, merged_options
 from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_anthropic import messages as anthropic_messages
@@ -186,6 +186,8 @@ def _unix(rfc3339: str) -> int:
 @routes.get("/v1/models")
 async def list_models(request: web.Request) -> web.Response:
     entries = await asyncio.to_thread(request.app[STORE].list_models)
+    if CONFIG in request.app:
+        entries = request.app[CONFIG].with_aliases(entries)  # the config file's aliases, listed as copies
     data = [oai.model_entry(e["name"], parse_name(e["name"]).namespace, _unix(e["modified_at"])) for e in entries]
     return web.json_response({"object": "list", "data": data})
 
