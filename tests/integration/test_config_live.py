@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 import requests
 
-from tests.conftest import create_tiny_model, make_settings, required_path, start_serve, stop_serve
+from tests.conftest import (
+    create_tiny_model,
+    make_settings,
+    required_path,
+    start_serve,
+    stop_serve,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -86,7 +86,7 @@ async def test_a_models_keep_alive_is_its_default(served) -> None:
     await generate(client)
     (entry,) = (await (await client.get("/api/ps")).json())["models"]
     expires = dt.datetime.fromisoformat(entry["expires_at"])
-    assert expires - dt.datetime.now(dt.timezone.utc) > dt.timedelta(hours=2)
+    assert expires - dt.datetime.now(dt.UTC) > dt.timedelta(hours=2)
 
 
 async def test_a_preloaded_model_is_loaded_at_start(served) -> None:
@@ -127,8 +127,8 @@ async def test_a_broken_edit_keeps_serving_with_the_old_settings(served, caplog)
     assert not await client.app[CONFIG].check()
     assert not await client.app[CONFIG].check()  # the same bad file is not re-read on every stat
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert errors == [f"config reload failed, keeping the previous settings: {path}:3: models.\"tiny\".kv_cache_type "
-                      "must be one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"]
+    assert errors == [(f"config reload failed, keeping the previous settings: {path}:3: models.\"tiny\".kv_cache_type "
+                       "must be one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1")]
     assert (await generate(client, "small"))["response"]
     metrics = await (await client.get("/metrics")).text()
     assert 'ollama_config_reloads_total{result="error"} 1.0' in metrics

@@ -45,7 +45,7 @@ def values(argv: list[str], flag: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("text", "present", "absent"), [
-    pytest.param("", [], ["--n-cpu-moe", "--device", "--reasoning-budget", "--cache-type-k"], id="nothing"),
+    pytest.param("", [], ["--n-cpu-moe", "--reasoning-budget", "--cache-type-k"], id="nothing"),
     pytest.param('kv_cache_type = "q8_0"', [("--cache-type-k", "q8_0"), ("--cache-type-v", "q8_0")], [],
                  id="kv-cache-type"),
     pytest.param("flash_attention = true", [("--flash-attn", "on")], [], id="flash-on"),
