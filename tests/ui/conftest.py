@@ -1,6 +1,6 @@
 """Fixtures for the web console's browser tests.
 
-- `browser` (session): Debian's chromium, headless, driven by Playwright for Python (never `playwright install`:
+- `browser` (module): Debian's chromium, headless, driven by Playwright for Python (never `playwright install`:
   the tests launch /usr/bin/chromium, or $OLLAMA_PY_TEST_CHROMIUM).
 - `page`: a fresh browser context (its own localStorage and sessionStorage) and page.
 - `fake_console`: the real app, in a thread of this process, over the fake llama-server, with the tiny model
@@ -39,8 +39,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Per module, not per session: while Playwright's sync API is active its event loop is the main thread's
+    running loop, and every asyncio test that ran after it in the same session would fail to start."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -176,6 +176,7 @@ def test_an_image_attached_for_a_vision_model_reaches_the_runner(page: Any, fake
     image.write_bytes(b"\x89PNG cat pixels")
 
     open_chat(page, console.url)
+    page.select_option("#chat-model", "tiny:latest")
     expect(page.locator("#attach-label")).to_be_hidden()  # tiny has no projector
     page.select_option("#chat-model", "seer:latest")
     expect(page.locator("#attach-label")).to_be_visible()
