@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from importlib import resources
@@ -28,6 +29,8 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py import __version__
+from ollama_py.config import Host
+from ollama_py.config_file import SERVER_FIELDS
 from ollama_py.errors import BadRequest, OllamaError
 from ollama_py.server.console import BUCKET_SECONDS, Console
 from ollama_py.server.keys import CONSOLE, SCHEDULER, SETTINGS
@@ -120,6 +123,19 @@ async def events(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def _shown(attr: str, value: Any) -> Any:
+    """A setting as the server view shows it: never the API keys themselves."""
+    if attr == "api_keys":
+        return f"{len(value)} set" if value else "none"
+    if isinstance(value, Host):
+        return value.url
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    if isinstance(value, float) and math.isinf(value):
+        return "forever"
+    return value if isinstance(value, (bool, int, float)) or value is None else str(value)
+
+
 def _server_info(settings: Any) -> dict[str, Any]:
     """Blocking probes (CPU flags, NVML, build-info files): run in a thread."""
     from ollama_py.estimate.gpus import probe_nvidia, probe_system_memory
@@ -138,27 +154,14 @@ def _server_info(settings: Any) -> dict[str, Any]:
         order, problem = [], str(e)
     gpus, _ = probe_nvidia(dict(os.environ))
     memory = probe_system_memory()
-    shown = {
-        "OLLAMA_HOST": settings.host.url, "OLLAMA_MODELS": str(settings.models),
-        "OLLAMA_RUNNERS_DIR": str(settings.runners_dir), "OLLAMA_PY_DATA_DIR": str(settings.data_dir),
-        "OLLAMA_KEEP_ALIVE": settings.keep_alive, "OLLAMA_LOAD_TIMEOUT": settings.load_timeout,
-        "OLLAMA_REQUEST_TIMEOUT": settings.request_timeout, "OLLAMA_MAX_LOADED_MODELS": settings.max_loaded_models,
-        "OLLAMA_NUM_PARALLEL": settings.num_parallel, "OLLAMA_MAX_QUEUE": settings.max_queue,
-        "OLLAMA_CONTEXT_LENGTH": settings.context_length, "OLLAMA_ORIGINS": ",".join(settings.origins),
-        "OLLAMA_FLASH_ATTENTION": settings.flash_attention or "auto", "OLLAMA_KV_CACHE_TYPE": settings.kv_cache_type,
-        "OLLAMA_NOPRUNE": settings.noprune, "OLLAMA_SCHED_SPREAD": settings.sched_spread,
-        "OLLAMA_LLM_LIBRARY": settings.llm_library, "OLLAMA_DEBUG": settings.debug,
-        "OLLAMA_GPU_OVERHEAD": settings.gpu_overhead, "OLLAMA_NOHISTORY": settings.nohistory,
-        "OLLAMA_RPC_SERVERS": ",".join(settings.rpc_servers),
-        "OLLAMA_API_KEYS": f"{len(settings.api_keys)} set" if settings.api_keys else "none",
-    }
+    shown = {f.env[0]: _shown(f.attr, getattr(settings, f.attr)) for f in SERVER_FIELDS}
     return {
         "version": __version__,
         "runner": {"variant": order[0] if order else "", "order": order, "built": runners, "problem": problem},
         "devices": [{"name": g.name, "library": g.library, "total": g.total, "free": g.free, "compute": g.compute,
                      "driver": g.driver} for g in gpus],
         "memory": {"total": memory.total, "free": memory.free},
-        "settings": {k: ("forever" if v == float("inf") else v) for k, v in shown.items()},
+        "settings": shown,
     }
 
 
