@@ -22,7 +22,8 @@ prereqs:
 	@PYTHON=$(PYTHON) scripts/setup_system.sh build
 	@scripts/check_prereqs.sh
 
-# What the tests start besides our own code (Debian's docker-registry, htpasswd): installed when this user may,
+# What the tests start besides our own code (Debian's docker-registry, htpasswd, chromium for
+# the web console's browser tests): installed when this user may,
 # else the exact command to run is printed and nothing runs.
 test-prereqs:
 	@PYTHON=$(PYTHON) scripts/setup_system.sh test
