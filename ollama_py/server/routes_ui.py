@@ -137,8 +137,9 @@ def _shown(attr: str, value: Any) -> Any:
 
 
 def _server_info(settings: Any) -> dict[str, Any]:
-    """Blocking probes (CPU flags, NVML, build-info files): run in a thread."""
-    from ollama_py.estimate.gpus import probe_nvidia, probe_system_memory
+    """Blocking probes (CPU flags, the runner's --list-devices, build-info files): run in a thread."""
+    from ollama_py.estimate.devices import LIBRARIES, list_devices
+    from ollama_py.estimate.gpus import probe_system_memory
     from ollama_py.runner import variants
 
     built = variants.built_variants(settings.runners_dir)
@@ -152,14 +153,15 @@ def _server_info(settings: Any) -> dict[str, Any]:
         problem = ""
     except OllamaError as e:
         order, problem = [], str(e)
-    gpus, _ = probe_nvidia(dict(os.environ))
+    # The devices as the chosen runner itself sees them (every backend it was built with), as the scheduler does.
+    devices = list_devices(built[order[0]], dict(os.environ), timeout=5.0) if order else []
     memory = probe_system_memory()
     shown = {f.env[0]: _shown(f.attr, getattr(settings, f.attr)) for f in SERVER_FIELDS}
     return {
         "version": __version__,
         "runner": {"variant": order[0] if order else "", "order": order, "built": runners, "problem": problem},
-        "devices": [{"name": g.name, "library": g.library, "total": g.total, "free": g.free, "compute": g.compute,
-                     "driver": g.driver} for g in gpus],
+        "devices": [{"name": f"{d.name}: {d.description}", "library": LIBRARIES.get(d.backend, d.backend.lower()),
+                     "total": d.total, "free": d.free} for d in devices],
         "memory": {"total": memory.total, "free": memory.free},
         "settings": shown,
     }
