@@ -140,6 +140,10 @@ class _LiveState:
         memory = GaugeMetricFamily("ollama_model_memory_bytes", "Estimated memory of a loaded model, by kind",
                                    labels=[*labels, "memory"])
         context = GaugeMetricFamily("ollama_model_context_length", "Context length per slot", labels=labels)
+        allocated = GaugeMetricFamily("ollama_model_allocated_bytes",
+                                      "What llama-server reported allocating after the load, by device (CPU, CUDA0, "
+                                      "Vulkan0, RPC0...); compare with ollama_model_memory_bytes, the estimate",
+                                      labels=[*labels, "device"])
         seen: set[tuple[str, str]] = set()
         for loaded in list(sched.loaded.values()):
             key = (loaded.name, runner_kind(loaded))
@@ -156,7 +160,9 @@ class _LiveState:
             memory.add_metric([*key, "vram"], loaded.plan.size_vram)
             memory.add_metric([*key, "ram"], max(loaded.plan.size - loaded.plan.size_vram, 0))
             context.add_metric(list(key), loaded.plan.context_length)
-        yield from (depth, capacity, loaded_count, state, queued, active, slots, memory, context)
+            for device, size in (loaded.extra.get("devices") or {}).items():
+                allocated.add_metric([*key, device], size)
+        yield from (depth, capacity, loaded_count, state, queued, active, slots, memory, context, allocated)
 
 
 def _merge(per_runner: Iterable[list[Metric]]) -> Iterator[Metric]:

@@ -56,6 +56,8 @@ def test_generate_moves_gateway_and_runner_counters(live_server: Any) -> None:
     assert moved("llamacpp:tokens_predicted_total", **runner) == body["eval_count"]
     assert after.value("ollama_model_state", **runner, state="ready") == 1
     assert after.value("ollama_model_memory_bytes", **runner) > 0
+    # what llama-server itself reported allocating, beside the estimate: on the CPU runner, all of it on "CPU"
+    assert after.value("ollama_model_allocated_bytes", **runner, device="CPU") > 0
 
 
 def test_queue_depth_seen_while_requests_wait_for_smollm2(live_server: Any) -> None:
