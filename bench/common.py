@@ -208,7 +208,7 @@ def load_average() -> list[float] | None:
 def machine_info(runner: Path | None = None) -> dict[str, Any]:
     """What the numbers were taken on: CPU, cores, memory, OS, Python, llama.cpp build, date."""
     info: dict[str, Any] = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "os": f"{platform.system()} {platform.release()}",

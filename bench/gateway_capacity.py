@@ -34,7 +34,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
-    Child, cpu_seconds, create_model, free_port, median, runner_argv, start_llama_server, start_serve, summary, taskset,
+    Child,
+    cpu_seconds,
+    create_model,
+    free_port,
+    median,
+    runner_argv,
+    start_llama_server,
+    start_serve,
+    summary,
+    taskset,
     with_port,
 )
 

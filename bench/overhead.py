@@ -44,8 +44,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
-    RESULTS, Child, cpu_seconds, create_model, free_port, load_average, machine_info, markdown_table, median,
-    runner_argv, runner_key, start_llama_server, start_serve, summary, text_table, with_port, write_json, write_text,
+    RESULTS,
+    Child,
+    cpu_seconds,
+    create_model,
+    free_port,
+    load_average,
+    machine_info,
+    markdown_table,
+    median,
+    runner_argv,
+    runner_key,
+    start_llama_server,
+    start_serve,
+    summary,
+    text_table,
+    with_port,
+    write_json,
+    write_text,
 )
 from bench.gateway_capacity import measure_capacity  # noqa: E402
 
@@ -486,7 +502,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
                    + f"; {s['capacity_rounds']} rounds. Chunks per gateway CPU-second (/proc schedstat: the serve "
                    "process, all threads, without its children) is the capacity of one core; wall chunks/s is what "
                    f"this shared machine gave. Per route: {routes}.")
-    out += ["", f"Raw samples: `bench/results/overhead.json`. Reproduce with `make bench`.", ""]
+    out += ["", "Raw samples: `bench/results/overhead.json`. Reproduce with `make bench`.", ""]
     return "\n".join(out)
 
 

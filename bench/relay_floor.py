@@ -27,9 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (  # noqa: E402
-    RESULTS, free_port, machine_info, markdown_table, median, summary, write_json, write_text,
-)
+from bench.common import RESULTS, free_port, machine_info, markdown_table, median, summary, write_json, write_text  # noqa: E402
 from bench.overhead import MODEL, SAMPLING, Pair, close_pair, log, open_pair, stream  # noqa: E402
 
 SIDES = ("direct", "C relay", "ollama-py")

@@ -18,8 +18,20 @@ from pathlib import Path
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (RESULTS, ROOT, Child, _spawn, create_model, free_port, machine_info, markdown_table,  # noqa: E402
-                    median, start_serve, write_json, write_text)
+from common import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    Child,
+    _spawn,
+    create_model,
+    free_port,
+    machine_info,
+    markdown_table,
+    median,
+    start_serve,
+    write_json,
+    write_text,
+)
 
 CAPS = (60, 400)  # MiB: uneven, and the small one holds only part of SmolLM2
 DEFAULT_MODEL = Path.home() / ".cache" / "ollama-py" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -73,7 +85,7 @@ def main() -> None:
             child.stop()
     medians = {name: median(r) for name, r in rates.items()}
     loc = medians["local"]
-    result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": machine_info(),
+    result = {"date": dt.datetime.now(dt.UTC).isoformat(), "machine": machine_info(),
               "load_average": {"start": load_before, "end": os.getloadavg()},
               "tokens": args.tokens, "rounds": args.rounds, "caps_mib": CAPS, "capped_split_bytes": split,
               **{f"{name}_tok_s": r for name, r in rates.items()}, **{f"median_{n}": m for n, m in medians.items()},

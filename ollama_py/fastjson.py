@@ -11,7 +11,8 @@ separators=(",", ":"))` gives.
 from __future__ import annotations
 
 import json
-from json import encoder as _encoder, scanner as _scanner
+from json import encoder as _encoder
+from json import scanner as _scanner
 from typing import Any
 
 _DECODER = json.JSONDecoder()

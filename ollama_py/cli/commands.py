@@ -33,7 +33,7 @@ def connect() -> Client:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def same_model(a: str, b: str) -> bool:

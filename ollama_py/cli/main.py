@@ -15,9 +15,9 @@ from typing import Any
 import click
 
 from ollama_py import __version__
-from ollama_py.cli.rpc_worker import rpc_worker
 from ollama_py.cli import commands
 from ollama_py.cli.envvars import SERVE_VARS, epilog
+from ollama_py.cli.rpc_worker import rpc_worker
 from ollama_py.cli.run import run
 from ollama_py.client import Client
 from ollama_py.config import Settings, parse_host

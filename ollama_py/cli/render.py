@@ -91,7 +91,7 @@ def parse_time(text: str | None) -> dt.datetime | None:
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return None if when.year <= 1 else when
 
 

@@ -304,7 +304,7 @@ class Repl:
         elif name == "/list":
             try:
                 models = self.client.list().get("models", [])
-                self.out.write(list_table(models, dt.datetime.now(dt.timezone.utc), args[1] if len(args) > 1 else ""))
+                self.out.write(list_table(models, dt.datetime.now(dt.UTC), args[1] if len(args) > 1 else ""))
             except OllamaError as e:
                 self.tell(f"Error: {e}\n")
         else:

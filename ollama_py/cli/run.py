@@ -12,8 +12,8 @@ import click
 from ollama_py.cli.commands import connect
 from ollama_py.cli.display import WordWrapper, terminal_width
 from ollama_py.cli.envvars import epilog
-from ollama_py.cli.progress import is_tty
 from ollama_py.cli.images import extract_images
+from ollama_py.cli.progress import is_tty
 from ollama_py.cli.repl import ReadlineReader, Repl
 from ollama_py.cli.session import RunOptions, generate, load_model, show_or_pull
 from ollama_py.config import Settings, parse_duration

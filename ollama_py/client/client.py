@@ -30,15 +30,7 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from ollama_py import __version__
 from ollama_py.config import Host, parse_host
-from ollama_py.errors import (
-    BadRequest,
-    Forbidden,
-    NotFound,
-    OllamaError,
-    RequestCanceled,
-    ServerBusy,
-    Unauthorized,
-)
+from ollama_py.errors import BadRequest, Forbidden, NotFound, OllamaError, RequestCanceled, ServerBusy, Unauthorized
 
 log = logging.getLogger(__name__)
 

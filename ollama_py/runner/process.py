@@ -351,7 +351,7 @@ class RunnerProcess:
                             await self._set_state(RunnerState.READY)
                             return
                         self._last_progress = max(self._last_progress, time.monotonic() - 1.0)
-                except (aiohttp.ClientError, asyncio.TimeoutError):
+                except (TimeoutError, aiohttp.ClientError):
                     pass
                 if time.monotonic() - self._last_progress > self._load_timeout:
                     self._failure = (f"timed out waiting for llama runner to start - progress stalled "
@@ -387,7 +387,7 @@ class RunnerProcess:
         self._signal_group(proc.pid, signal.SIGCONT)
         try:
             await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("runner %s ignored SIGTERM for %.1fs, sending SIGKILL", self.name, grace)
             self._signal_group(proc.pid, signal.SIGKILL)
         await proc.wait()

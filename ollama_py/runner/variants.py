@@ -140,7 +140,7 @@ def suits_host(variant: str, host: HostInfo) -> bool:
     if variant == "vulkan":
         return host.vulkan_gpus > 0
     if variant == "cpu_avx2":
-        return host.machine.lower() in ("x86_64", "amd64") and AVX2_FLAGS <= host.cpu_flags
+        return host.machine.lower() in ("x86_64", "amd64") and host.cpu_flags >= AVX2_FLAGS
     return variant == "cpu"
 
 

@@ -15,9 +15,8 @@ from typing import Any
 
 from ollama_py.config import Settings
 from ollama_py.errors import ModelNotFound, RunnerLoadError
-from ollama_py.estimate import devices
+from ollama_py.estimate import devices, memory
 from ollama_py.estimate import gpus as gpu_probe
-from ollama_py.estimate import memory
 from ollama_py.runner import rpc, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess, RunnerState

@@ -22,14 +22,7 @@ from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.rendering import render_off_loop
-from ollama_py.server.truncation import (
-    TOO_LONG,
-    Fitted,
-    cut_tokens,
-    droppable,
-    log_truncation,
-    room_to_generate,
-)
+from ollama_py.server.truncation import TOO_LONG, Fitted, cut_tokens, droppable, log_truncation, room_to_generate
 from ollama_py.template.thinking import ThinkingParser, infer_tags
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
 

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from ollama_py.store.models import ModelStore
 
 SETTINGS = web.AppKey("settings", Settings)
-STORE: web.AppKey["ModelStore"] = web.AppKey("store")
-SCHEDULER: web.AppKey["Scheduler"] = web.AppKey("scheduler")
-METRICS: web.AppKey["Metrics"] = web.AppKey("metrics")
-CONNECTIONS: web.AppKey["ConnectionGuard"] = web.AppKey("connections")  # used by serve's site; idle in tests
-CONSOLE: web.AppKey["Console"] = web.AppKey("console")  # absent with OLLAMA_NOUI=1
-CONFIG: web.AppKey["LiveConfig"] = web.AppKey("config")  # the config file's model tables, reloaded when it changes
+STORE: web.AppKey[ModelStore] = web.AppKey("store")
+SCHEDULER: web.AppKey[Scheduler] = web.AppKey("scheduler")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+CONNECTIONS: web.AppKey[ConnectionGuard] = web.AppKey("connections")  # used by serve's site; idle in tests
+CONSOLE: web.AppKey[Console] = web.AppKey("console")  # absent with OLLAMA_NOUI=1
+CONFIG: web.AppKey[LiveConfig] = web.AppKey("config")  # the config file's model tables, reloaded when it changes

@@ -27,13 +27,7 @@ from aiohttp import web
 
 from ollama_py.api.names import ModelName, parse_name
 from ollama_py.config import Settings
-from ollama_py.config_file import (
-    ConfigFile,
-    ModelSettings,
-    check_extra_args,
-    is_glob,
-    read_config,
-)
+from ollama_py.config_file import ConfigFile, ModelSettings, check_extra_args, is_glob, read_config
 from ollama_py.errors import ConfigError, OllamaError
 from ollama_py.scheduler.model_settings import FINGERPRINT_KEY
 from ollama_py.server.keys import CONFIG, SCHEDULER, SETTINGS, STORE

@@ -18,8 +18,8 @@ from ollama_py.scheduler.factory import model_shape
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.keys import CONFIG, SETTINGS, STORE
 from ollama_py.server.live_config import LiveConfig
-from ollama_py.store.blobs import canonical_digest
 from ollama_py.server.rendering import warm_template
+from ollama_py.store.blobs import canonical_digest
 from ollama_py.store.models import rfc3339 as store_rfc3339
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ def now_rfc3339() -> str:
 
 
 def _new_second(second: int) -> None:
-    text = dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+    text = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.")
     _SECOND[:] = [second, text, text.encode()]
 
 

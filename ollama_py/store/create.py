@@ -34,7 +34,13 @@ from typing import Any
 from ollama_py.api.names import ModelName, parse_name
 from ollama_py.api.options import DEPRECATED_PARAMETERS, OPTION_TYPES, parse_parameter, validate_options
 from ollama_py.errors import (
-    BadRequest, InvalidModelName, InvalidOption, ModelNotFound, NotFound, RequestCanceled, TemplateError,
+    BadRequest,
+    InvalidModelName,
+    InvalidOption,
+    ModelNotFound,
+    NotFound,
+    RequestCanceled,
+    TemplateError,
 )
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.store.convert import Converter, HFSource, check_adapter_base, hf_source

@@ -50,8 +50,14 @@ from ollama_py.store.download_state import (
     write_part_state,
 )
 from ollama_py.store.manifests import Layer
-from ollama_py.store.registry import (CONNECT_TIMEOUT, RegistryClient, RegistryStatusError, TransportError, describe,
-                                     transfer_progress)
+from ollama_py.store.registry import (
+    CONNECT_TIMEOUT,
+    RegistryClient,
+    RegistryStatusError,
+    TransportError,
+    describe,
+    transfer_progress,
+)
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ except ImportError:  # not built yet: a text search finds {{ .Tools }}, {{ if .S
 
 def rfc3339(ts: float) -> str:
     """A timestamp as RFC 3339 in local time with its offset, as Go marshals a time.Time."""
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).astimezone().isoformat()
+    return dt.datetime.fromtimestamp(ts, dt.UTC).astimezone().isoformat()
 
 
 @dataclass(frozen=True)

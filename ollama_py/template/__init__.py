@@ -6,13 +6,7 @@
 """
 
 from ollama_py.template.gotemplate import Template, parse_template
-from ollama_py.template.prompt import (
-    collate,
-    parse_prompt_template,
-    render_prompt,
-    template_uses,
-    template_vars,
-)
+from ollama_py.template.prompt import collate, parse_prompt_template, render_prompt, template_uses, template_vars
 
 __all__ = [
     "Template",

@@ -167,9 +167,7 @@ def go_quote(s: str, ascii_only: bool = False) -> str:
             out.append("\\" + ch)
         elif ch in "\a\b\f\n\r\t\v":
             out.append("\\" + "abfnrtv"["\a\b\f\n\r\t\v".index(ch)])
-        elif code < 0x80 and ch.isprintable():
-            out.append(ch)
-        elif code >= 0x80 and ch.isprintable() and not ascii_only:
+        elif code < 0x80 and ch.isprintable() or code >= 0x80 and ch.isprintable() and not ascii_only:
             out.append(ch)
         elif code < 0x80:
             out.append(f"\\x{code:02x}")

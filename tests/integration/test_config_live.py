@@ -11,13 +11,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import (
-    create_tiny_model,
-    make_settings,
-    required_path,
-    start_serve,
-    stop_serve,
-)
+from tests.conftest import create_tiny_model, make_settings, required_path, start_serve, stop_serve
 
 pytestmark = pytest.mark.integration
 

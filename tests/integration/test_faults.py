@@ -29,8 +29,17 @@ import requests
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.app import create_app
-from tests.conftest import FAKE_SERVER, create_from_file, create_tiny_model, fake_runner_factory, make_settings, \
-    required_path, start_serve, stop_serve, write_tiny_gguf
+from tests.conftest import (
+    FAKE_SERVER,
+    create_from_file,
+    create_tiny_model,
+    fake_runner_factory,
+    make_settings,
+    required_path,
+    start_serve,
+    stop_serve,
+    write_tiny_gguf,
+)
 from tests.integration.test_no_orphans import is_gone, runner_processes, start_fake_serve, wait_gone
 
 BUSY = "server busy, please try again.  maximum pending requests exceeded"

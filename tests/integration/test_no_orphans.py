@@ -24,8 +24,15 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import FAKE_SERVER, create_from_file, create_tiny_model, make_settings, required_path, \
-    start_serve, stop_serve
+from tests.conftest import (
+    FAKE_SERVER,
+    create_from_file,
+    create_tiny_model,
+    make_settings,
+    required_path,
+    start_serve,
+    stop_serve,
+)
 
 GONE_WAIT_SECONDS = 15.0
 

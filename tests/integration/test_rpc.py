@@ -15,13 +15,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import (
-    create_from_file,
-    free_port,
-    required_path,
-    start_serve,
-    stop_serve,
-)
+from tests.conftest import create_from_file, free_port, required_path, start_serve, stop_serve
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ def invoke(fake: FakeOllama, args: list[str], tmp_path: Path, **kw: Any) -> Resu
 
 
 def iso(delta: dt.timedelta) -> str:
-    return (dt.datetime.now(dt.timezone.utc) + delta).isoformat()
+    return (dt.datetime.now(dt.UTC) + delta).isoformat()
 
 
 def test_list_prints_ollama_table(fake: FakeOllama, tmp_path: Path) -> None:

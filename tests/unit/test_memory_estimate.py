@@ -16,8 +16,8 @@ import pytest
 from ollama_py.errors import InvalidOption
 from ollama_py.estimate.gpus import GpuInfo
 from ollama_py.estimate.memory import (
-    MiB,
     Estimate,
+    MiB,
     ModelShape,
     estimate,
     parse_llama_server_buffers,

@@ -158,7 +158,7 @@ def test_parse_parameter_deprecated_is_skipped_with_a_warning(name: str, caplog:
 
 
 def test_defaults_are_valid_options_of_their_declared_type() -> None:
-    assert LOAD_OPTIONS <= OPTION_TYPES.keys()
+    assert OPTION_TYPES.keys() >= LOAD_OPTIONS
     assert DEFAULT_OPTIONS.keys() == OPTION_TYPES.keys() - {"stop"}
     present = {k: v for k, v in DEFAULT_OPTIONS.items() if v is not None}
     assert validate_options(present) == present

@@ -21,7 +21,7 @@ from ollama_py.cli.render import (
     until,
 )
 
-NOW = dt.datetime(2026, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_human_time_of_nothing_is_never() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("2026-05-01T14:00:00.123456789+02:00", dt.datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)),
+    [("2026-05-01T14:00:00.123456789+02:00", dt.datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)),
      ("2026-05-01T12:00:00Z", NOW), ("0001-01-01T00:00:00Z", None), ("", None), ("yesterday", None)],
     ids=["nanoseconds-offset", "zulu", "go-zero-time", "empty", "garbage"],
 )
@@ -97,7 +97,7 @@ def test_processor_column(size: int, vram: int, text: str) -> None:
 @pytest.mark.parametrize(
     ("expires", "text"),
     [(NOW + dt.timedelta(minutes=4, seconds=59), "4 minutes from now"),
-     (dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.timezone.utc), "Forever"),
+     (dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC), "Forever"),
      (NOW - dt.timedelta(seconds=3), "Stopping...")],
     ids=["keep-alive", "forever", "expired"],
 )

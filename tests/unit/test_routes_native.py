@@ -76,12 +76,12 @@ async def test_a_model_kept_forever_expires_as_ollama_shows_it(client):
     await client.post("/api/generate", json={"model": "tiny", "keep_alive": -1})
     ps = await (await client.get("/api/ps")).json()
     expires = dt.datetime.fromisoformat(ps["models"][0]["expires_at"].replace("Z", "+00:00"))
-    years = (expires - dt.datetime.now(dt.timezone.utc)).days / 365.25
+    years = (expires - dt.datetime.now(dt.UTC)).days / 365.25
     assert 292 < years < 293
     await client.post("/api/generate", json={"model": "tiny", "keep_alive": "1m"})
     ps = await (await client.get("/api/ps")).json()
     expires = dt.datetime.fromisoformat(ps["models"][0]["expires_at"].replace("Z", "+00:00"))
-    assert 0 < (expires - dt.datetime.now(dt.timezone.utc)).total_seconds() <= 60
+    assert 0 < (expires - dt.datetime.now(dt.UTC)).total_seconds() <= 60
 
 
 async def test_an_http_1_0_client_gets_the_whole_stream_unchunked(fake_app, aiohttp_server):

@@ -6,13 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ollama_py.template.tool_calls import (
-    DEFAULT_TAG,
-    JSON_TAG,
-    ToolCallParser,
-    infer_tool_tag,
-    parse_tool_calls,
-)
+from ollama_py.template.tool_calls import DEFAULT_TAG, JSON_TAG, ToolCallParser, infer_tool_tag, parse_tool_calls
 
 TEMPLATES = Path(__file__).parent / "templates"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},

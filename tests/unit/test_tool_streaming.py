@@ -15,12 +15,7 @@ import openai
 import pytest
 
 from ollama_py.server.app import create_app
-from tests.conftest import (
-    create_tiny_model,
-    fake_scheduler,
-    make_settings,
-    write_tiny_gguf,
-)
+from tests.conftest import create_tiny_model, fake_scheduler, make_settings, write_tiny_gguf
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
