@@ -448,7 +448,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         + (f" ({'; '.join(str(v) for v in m['llama_cpp'].values())})" if m.get("llama_cpp") else "") + ".",
         "",
         f"Load average {m.get('load_average_at_start')} at the start, {m.get('load_average_at_end')} at the "
-        f"end, on {m['cores']} cores (the benchmark itself keeps both busy). Rounds alternate between the two sides and the table shows medians, but single "
+        f"end, on {m['cores']} cores (the benchmark itself keeps both busy). Rounds alternate between the two sides "
+        "and the table shows medians, but single "
         "numbers are noisy; compare the ratios, not the absolute speeds.",
         "",
     ]

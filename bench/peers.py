@@ -209,7 +209,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     def warm(side: Side, r: int) -> None:
         stream(side, "a", user("Say hi."), 2)  # loaded, and the short prompt cached
-        rec(side.name, "warm_ttft_s", statistics.median(stream(side, "a", user("Say hi."), 2)["ttft"] for _ in range(3)))
+        ttfts = [stream(side, "a", user("Say hi."), 2)["ttft"] for _ in range(3)]
+        rec(side.name, "warm_ttft_s", statistics.median(ttfts))
         rec(side.name, "decode_tps", stream(side, "a", user(QUESTION), args.decode_tokens)["tps"])
         if side.name == "ollama-py":
             stream(side, "a", user("Say hi."), 2, native=True)
@@ -251,7 +252,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rec(side.name, "chat10_total_s", got["total"])
         rec(side.name, "chat10_later_ttft_s", got["ttft_later"])
 
-    cases: dict[str, Callable[[Side, int], None]] = {"cold": cold, "swap": swap, "warm": warm, "concurrency": conc, "rss": rss, "long": long, "chat10": chat}
+    cases: dict[str, Callable[[Side, int], None]] = {"cold": cold, "swap": swap, "warm": warm, "concurrency": conc,
+                                                     "rss": rss, "long": long, "chat10": chat}
     try:
         for r in range(args.rounds):
             rot = order[r % len(order):] + order[:r % len(order)]

@@ -37,7 +37,8 @@ def free_port() -> int:
 def required_path(var: str) -> Path:
     value = os.environ.get(var)
     if not value or not Path(value).exists():
-        pytest.fail(f"{var} must point at an existing file (run the suite with `make test`, which sets it); got {value!r}")
+        pytest.fail(f"{var} must point at an existing file (run the suite with `make test`, which sets it); "
+                    f"got {value!r}")
     return Path(value)
 
 

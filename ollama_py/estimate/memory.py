@@ -331,7 +331,8 @@ def estimate(
     # Compute graph: see the module docstring for where these terms come from.
     n_embd, n_kv = shape.embedding_length, n_ctx_seq
     kv_heads = max(shape.head_count_kv, default=0)
-    q_dim, k_dim, v_dim = shape.head_count * shape.key_length, kv_heads * shape.key_length, kv_heads * shape.value_length
+    q_dim = shape.head_count * shape.key_length
+    k_dim, v_dim = kv_heads * shape.key_length, kv_heads * shape.value_length
     if shape.expert_count and shape.expert_used_count:
         ffn = 3 * shape.expert_used_count * (shape.expert_feed_forward_length or shape.feed_forward_length)
         ffn += shape.expert_count  # router logits
@@ -529,7 +530,8 @@ def _result(
 
 # llama.cpp prints "<func>: <buffer name> <kind> buffer size = <x> MiB"; kinds: model (load_tensors),
 # KV / RS (llama_kv_cache, llama_memory_recurrent), compute (sched_reserve), output (llama_context).
-_BUFFER_RE = re.compile(r"(?P<name>[\w.\-\[\]:]+)\s+(?P<kind>model|KV|RS|compute|output) buffer size =\s*(?P<mib>[\d.]+) MiB")
+_BUFFER_RE = re.compile(
+    r"(?P<name>[\w.\-\[\]:]+)\s+(?P<kind>model|KV|RS|compute|output) buffer size =\s*(?P<mib>[\d.]+) MiB")
 _KIND = {"model": "model", "KV": "kv", "RS": "kv", "compute": "compute", "output": "output"}
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 

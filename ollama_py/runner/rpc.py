@@ -117,10 +117,12 @@ async def reachable_async(endpoints: Iterable[str], timeout: float = 1.0) -> tup
 
     endpoints = list(endpoints)
     up = await asyncio.gather(*(answers(endpoint) for endpoint in endpoints))
-    return [e for e, ok in zip(endpoints, up, strict=True) if ok], [e for e, ok in zip(endpoints, up, strict=True) if not ok]
+    return [e for e, ok in zip(endpoints, up, strict=True) if ok], [e for e, ok in zip(endpoints, up, strict=True)
+                                                                    if not ok]
 
 
-async def worker_memory(llama_server: Path, endpoints: tuple[str, ...], timeout: float = 20.0) -> dict[str, tuple[int, int]]:
+async def worker_memory(llama_server: Path, endpoints: tuple[str, ...],
+                        timeout: float = 20.0) -> dict[str, tuple[int, int]]:
     """Each reachable worker's memory, as llama.cpp sees it (it asks the workers over RPC).
 
     `llama-server --list-devices` never exits against a worker that accepts and stays silent, so it gets

@@ -350,7 +350,8 @@ async def ps(request: web.Request) -> web.Response:
             "name": loaded.name, "model": loaded.name, "size": loaded.extra.get("actual_size", loaded.plan.size),
             "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
             "expires_at": rfc3339(_expires_at(loaded)),
-            "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram), "context_length": loaded.plan.context_length,
+            "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram),
+            "context_length": loaded.plan.context_length,
             "state": loaded.state, "queued": queued, "active": active,
         })
         if loaded.extra.get("devices"):  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...

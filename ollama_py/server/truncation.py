@@ -54,5 +54,6 @@ def droppable(messages: list[dict[str, Any]]) -> int | None:
 
 def log_truncation(model: Any, fitted: Fitted, n_ctx: int) -> None:
     log.warning("prompt truncated to fit the context: model=%s n_ctx=%d tokens %d -> %d (%d dropped%s)",
-                str(model), n_ctx, fitted.tokens_before, fitted.tokens_after, fitted.tokens_before - fitted.tokens_after,
+                str(model), n_ctx, fitted.tokens_before, fitted.tokens_after,
+                fitted.tokens_before - fitted.tokens_after,
                 f", {len(fitted.messages)} messages kept" if fitted.messages is not None else "")

@@ -82,7 +82,8 @@ def format_value(value: Any, *, depth: int = 0, plus: bool = False, action: bool
         if value.pointer and depth > 0:
             raise TemplateError(f"cannot print a {value.go_type} nested in another value: Go prints its memory address")
         body = " ".join(
-            (f"{name}:" if plus else "") + format_value(v, depth=depth + 1, plus=plus) for name, v in value.fields.items()
+            (f"{name}:" if plus else "") + format_value(v, depth=depth + 1, plus=plus)
+            for name, v in value.fields.items()
         )
         prefix = "&" if value.pointer and not action else ""
         return prefix + "{" + body + "}"
@@ -257,7 +258,8 @@ def _format_one(verb: str, flags: str, prec: int | None, arg: Any) -> str:
         items = arg.items() if isinstance(arg, dict) else None
         if items is not None:
             inner = " ".join(
-                _format_one(verb, flags, prec, k) + ":" + _format_one(verb, flags, prec, v) for k, v in sorted_items(arg)
+                _format_one(verb, flags, prec, k) + ":" + _format_one(verb, flags, prec, v)
+                for k, v in sorted_items(arg)
             )
             return "map[" + inner + "]"
         return "[" + " ".join(_format_one(verb, flags, prec, v) for v in arg) + "]"

@@ -161,7 +161,8 @@ def template_message(msg: Mapping[str, Any] | GoStruct) -> GoStruct:
             "Images": GoNamed([_image(i) for i in images], "[]api.ImageData", "slice")
             if images
             else _nil_slice("[]api.ImageData"),
-            "ToolCalls": GoNamed([_tool_call(c, i, wire) for i, c in enumerate(calls)], "[]template.templateToolCall", "slice")
+            "ToolCalls": GoNamed([_tool_call(c, i, wire) for i, c in enumerate(calls)], "[]template.templateToolCall",
+                                 "slice")
             if calls
             else _nil_slice("[]template.templateToolCall"),
             "ToolName": _expect(fields["ToolName"], str, "tool_name", ""),

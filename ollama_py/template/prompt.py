@@ -308,7 +308,8 @@ def _render_legacy(
             turn["Response"] = content
         # other roles (tool) have no place in a legacy template; Ollama skips them too
     if pt.legacy_last is None:
-        raise TemplateError("template: cannot cut this template after {{ .Response }}: it sits in a block with an {{else}}")
+        raise TemplateError("template: cannot cut this template after {{ .Response }}: "
+                            "it sits in a block with an {{else}}")
     if not turn["Response"]:
         turn["Response"] = generate_response
     parts.append(pt.legacy_last.execute({**turn, **thinking}, limits))

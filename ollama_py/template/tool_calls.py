@@ -47,7 +47,8 @@ def infer_tool_tag(template: str | None) -> str:
                 {"function": {"name": _PROBE_NAME, "arguments": {}}}]}, after])
         with_text = render_prompt(template, tools=tools, messages=[
             ask, {"role": "assistant", "content": _PROBE_TEXT}, after])
-    except (OllamaError, ValueError, TypeError):  # a template that cannot render this conversation: no better guess than the default
+    # A template that cannot render this conversation: no better guess than the default.
+    except (OllamaError, ValueError, TypeError):
         return DEFAULT_TAG
     text_at = with_text.rfind(_PROBE_TEXT)
     common = 0  # where the two renderings part: the start of the assistant's turn's own text

@@ -67,7 +67,8 @@ CHATML_TEMPLATE = (
     "+ '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 _ERROR_CODES = {"invalid_request_error": 400, "not_found_error": 404, "server_error": 500,
-                "not_supported_error": 501, "unavailable_error": 503, "authentication_error": 401, "exceed_context_size_error": 400}
+                "not_supported_error": 501, "unavailable_error": 503, "authentication_error": 401,
+                "exceed_context_size_error": 400}
 
 
 def fake_command(python: str = sys.executable) -> list[str]:

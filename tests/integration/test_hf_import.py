@@ -150,7 +150,8 @@ def test_unknown_architecture_is_a_400_naming_it(live_server: LiveServer, hf_lla
     assert r.status_code == 400
     assert r.json() == {"error": 'unsupported architecture "TotallyNewForCausalLM"'}
     result = create_from_modelfile(live_server, "hf-odd", tmp_path, "FROM ./odd\n")
-    assert (result.exit_code, result.stderr.splitlines()[-1]) == (1, 'Error: unsupported architecture "TotallyNewForCausalLM"')
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (
+        1, 'Error: unsupported architecture "TotallyNewForCausalLM"')
     assert live_server.api("POST", "/api/show", json={"model": "hf-odd"}).status_code == 404
 
 

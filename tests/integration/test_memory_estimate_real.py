@@ -20,7 +20,8 @@ pytestmark = pytest.mark.integration
 START_TIMEOUT = 120.0
 
 
-def llama_server_buffers(runner: Path, model: Path, log_path: Path, *args: str) -> tuple[dict[str, dict[str, int]], str]:
+def llama_server_buffers(runner: Path, model: Path, log_path: Path,
+                         *args: str) -> tuple[dict[str, dict[str, int]], str]:
     """Start llama-server on the CPU, wait until it listens, stop it; its buffers and its log."""
     # -lv 4: llama.cpp's own INFO lines (the buffer sizes) are only printed at trace verbosity
     argv = [str(runner), "-m", str(model), "--host", "127.0.0.1", "--port", str(free_port()),

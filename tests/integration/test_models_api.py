@@ -39,7 +39,8 @@ def test_create_show_copy_delete_keeps_shared_blobs(live_server):
         "model": "pirate", "prompt": "Say hello.", "stream": False, "options": {"num_predict": 8}}).json()
     assert out["done"] and out["response"]
 
-    assert live_server.api("POST", "/api/copy", json={"source": "pirate", "destination": "parrot:v1"}).status_code == 200
+    copied = live_server.api("POST", "/api/copy", json={"source": "pirate", "destination": "parrot:v1"})
+    assert copied.status_code == 200
     names = {m["name"] for m in live_server.api("GET", "/api/tags").json()["models"]}
     assert {"pirate:latest", "parrot:v1", live_server.model} <= names
 

@@ -152,7 +152,8 @@ async def test_push_mounts_a_layer_from_the_repository_it_came_from(server: Any,
     digest, size = source.blobs.write_bytes(weights)
     config, config_size = source.blobs.write_bytes(b"{}")
     origin = parse_name(registry.model("test/origin:1"))
-    source.put_manifest(origin, Manifest.build(Layer(CONFIG_V1, config, config_size), [Layer(MEDIA_MODEL, digest, size)]))
+    source.put_manifest(origin, Manifest.build(Layer(CONFIG_V1, config, config_size),
+                                               [Layer(MEDIA_MODEL, digest, size)]))
     for _ in push_model(source, origin, options=RegistryOptions(insecure=True)):
         pass
 

@@ -1,5 +1,6 @@
 """Speculative decoding against the real llama-server and SmolLM2 (issue 26): SmolLM2 drafting for itself, and
-prompt-lookup (n-gram) speculation, give the text plain decoding gives at temperature 0; a too-long prompt is cut and marked, or refused with truncate: false."""
+prompt-lookup (n-gram) speculation, give the text plain decoding gives at temperature 0; a too-long prompt is cut
+and marked, or refused with truncate: false."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ CALL = {"id": "call_ab", "function": {"index": 0, "name": "get_weather", "argume
 
 
 def final(**kw: Any) -> Final:
-    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_tokens=12, prompt_eval_duration=1, eval_count=5,
-                                eval_duration=1, total_duration=1, load_duration=0, text="hello")
+    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_tokens=12, prompt_eval_duration=1,
+                                eval_count=5, eval_duration=1, total_duration=1, load_duration=0, text="hello")
     return Final(**{**base, **kw})
 
 

@@ -151,7 +151,8 @@ def test_error_status_raises_its_class_with_the_server_text(fake: FakeOllama, cl
 
 
 def test_error_line_inside_a_stream_raises(fake: FakeOllama, client: Client) -> None:
-    fake.on("POST", "/api/pull", [{"status": "pulling manifest"}, {"error": "pull model manifest: file does not exist"}])
+    fake.on("POST", "/api/pull", [{"status": "pulling manifest"},
+                                  {"error": "pull model manifest: file does not exist"}])
     stream = client.pull("nope")
     assert next(stream) == {"status": "pulling manifest"}
     with pytest.raises(OllamaError, match="file does not exist"):

@@ -19,7 +19,8 @@ from tests.fakes.gguf_files import gguf_string, nested_array, u32, u64
 SIZE_CAP = 64 * 1024
 COUNTS = [0, 1, 2, 3, 7, 8, 255, 4096, 4097, 1 << 16, 20_000_000, 4_000_000_000, (1 << 32) - 1, 1 << 63,
           (1 << 64) - 1]
-KEYS = ["llama.block_count", "llama.block_count", "general.architecture", "general.alignment", "general.type", "llama.block_count", "llama.context_length",
+KEYS = ["llama.block_count", "llama.block_count", "general.architecture", "general.alignment", "general.type",
+        "llama.block_count", "llama.context_length",
         "llama.embedding_length", "llama.attention.head_count", "llama.attention.head_count_kv",
         "llama.attention.sliding_window", "llama.attention.sliding_window_pattern", "llama.vocab_size",
         "tokenizer.ggml.tokens", "tokenizer.chat_template", "x"]

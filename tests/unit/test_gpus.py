@@ -131,7 +131,8 @@ def test_probe_nvidia_with_the_real_pynvml_on_this_machine() -> None:
     ("system", "machine", "expect_gpu", "reason"),
     [
         pytest.param("Darwin", "arm64", True, None, id="apple-silicon"),
-        pytest.param("Darwin", "x86_64", False, "Metal offload needs Apple Silicon, this Mac is x86_64", id="intel-mac"),
+        pytest.param("Darwin", "x86_64", False, "Metal offload needs Apple Silicon, this Mac is x86_64",
+                     id="intel-mac"),
         pytest.param("Linux", "x86_64", False, "not macOS", id="linux"),
     ],
 )

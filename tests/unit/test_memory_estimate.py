@@ -250,7 +250,8 @@ FULL_NEED = (10 * 110 + 50 + 20 + 457) * MiB  # every layer + graph + CUDA minim
 
 
 def cuda(index: int, free_mib: float) -> GpuInfo:
-    return GpuInfo(index, f"GPU-{index}", "NVIDIA Fake", "cuda", 2 * int(free_mib * MiB), int(free_mib * MiB), "8.9", "550")
+    return GpuInfo(index, f"GPU-{index}", "NVIDIA Fake", "cuda", 2 * int(free_mib * MiB), int(free_mib * MiB),
+                   "8.9", "550")
 
 
 @pytest.mark.parametrize(
@@ -338,7 +339,7 @@ CPU_LOG = """\
 0.00.267.402 I llama_kv_cache: size =   90.00 MiB (  4096 cells,  30 layers,  1/1 seqs), K (f16):   45.00 MiB
 0.00.272.418 I sched_reserve:        CPU compute buffer size =    17.51 MiB
 1.00.597.315 I common_memory_breakdown_print: |   - Host               |                  199 =    92 +      90 +      17  |
-"""
+"""  # noqa: E501 - llama-server's log, verbatim
 
 CUDA_LOG = """\
 load_tensors: offloading output layer to GPU

@@ -332,7 +332,8 @@ LABELS = {"model": "m:latest", "runner": "completion"}
                  "llamacpp:prompt_tokens_total 12\n",
                  [("llamacpp:prompt_tokens", "counter", [("llamacpp:prompt_tokens_total", LABELS, 12.0)])],
                  id="counter-keeps-its-name"),
-    pytest.param("# HELP llamacpp:n_tokens_max Largest\n# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max 30\n",
+    pytest.param("# HELP llamacpp:n_tokens_max Largest\n# TYPE llamacpp:n_tokens_max counter\n"
+                 "llamacpp:n_tokens_max 30\n",
                  [("llamacpp:n_tokens_max", "gauge", [("llamacpp:n_tokens_max", LABELS, 30.0)])],
                  id="counter-without-total-becomes-gauge"),
     pytest.param("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n",

@@ -17,8 +17,8 @@ USER = [{"role": "user", "content": "hi"}]
 
 
 def final(**kw: Any) -> Final:
-    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_tokens=12, prompt_eval_duration=1, eval_count=5,
-                                eval_duration=1, total_duration=1, load_duration=0, text="hello")
+    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_tokens=12, prompt_eval_duration=1,
+                                eval_count=5, eval_duration=1, total_duration=1, load_duration=0, text="hello")
     return Final(**{**base, **kw})
 
 
@@ -219,7 +219,8 @@ def test_chat_logprobs_from_llama_server_probabilities() -> None:
     assert oai.chat_logprobs(PROBS, 1) == [
         {"token": " is", "logprob": -0.01, "bytes": [32, 105, 115],
          "top_logprobs": [{"token": " is", "logprob": -0.01, "bytes": [32, 105, 115]}]},
-        {"token": ",", "logprob": -1.4, "bytes": [44], "top_logprobs": [{"token": ",", "logprob": -1.4, "bytes": [44]}]},
+        {"token": ",", "logprob": -1.4, "bytes": [44],
+         "top_logprobs": [{"token": ",", "logprob": -1.4, "bytes": [44]}]},
     ]
     assert [e["top_logprobs"] for e in oai.chat_logprobs(PROBS, 0)] == [[], []]
 

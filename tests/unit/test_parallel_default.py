@@ -118,7 +118,8 @@ def test_on_a_gpu_four_slots_only_when_they_all_fit_on_it(tmp_path: Path, model:
     one = plan(tmp_path, model, gpus=(gpu(8 * GiB),), options={"num_ctx": 2048}, num_parallel=1)
     four = roomy
     # room on the GPU for everything with one slot, not with four: one slot, still fully offloaded
-    tight = plan(tmp_path, model, gpus=(gpu(GPU_MINIMUM["cuda"] + (one.size_vram + four.size_vram) // 2),), options={"num_ctx": 2048})
+    tight = plan(tmp_path, model, gpus=(gpu(GPU_MINIMUM["cuda"] + (one.size_vram + four.size_vram) // 2),),
+                 options={"num_ctx": 2048})
     assert tight.spec.parallel == 1
     assert tight.size_vram == tight.size
 

@@ -15,7 +15,8 @@ async def client(fake_app, aiohttp_client):
 
 
 async def test_generate_stream_shapes(client):
-    r = await client.post("/api/generate", json={"model": "tiny", "prompt": "hello there", "options": {"num_predict": 3}})
+    r = await client.post("/api/generate",
+                          json={"model": "tiny", "prompt": "hello there", "options": {"num_predict": 3}})
     assert r.status == 200 and r.headers["Content-Type"].startswith("application/x-ndjson")
     lines = [json.loads(x) for x in (await r.text()).splitlines()]
     assert "".join(x["response"] for x in lines) == "The quick brown"

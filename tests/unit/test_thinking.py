@@ -39,8 +39,8 @@ def test_split(text, inside, expected):
     assert split_all(text, [], inside=inside) == expected
 
 
-@given(thought=st.text(st.sampled_from("ab <>/\n"), max_size=20), answer=st.text(st.sampled_from("xy <>\n"), max_size=20),
-       cuts=st.lists(st.integers(0, 200), max_size=10))
+@given(thought=st.text(st.sampled_from("ab <>/\n"), max_size=20),
+       answer=st.text(st.sampled_from("xy <>\n"), max_size=20), cuts=st.lists(st.integers(0, 200), max_size=10))
 def test_any_chunking_gives_what_one_chunk_gives(thought, answer, cuts):
     text = f"<think>{thought}</think>{answer}"
     assert split_all(text, cuts) == split_all(text, [])

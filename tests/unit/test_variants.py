@@ -50,7 +50,8 @@ WITH_VULKAN = ("cuda", "metal", "vulkan", "cpu_avx2", "cpu")
         pytest.param(LINUX_X86, ("cpu", "cpu_avx2", "custom"), set(), ["cpu_avx2", "cpu"], id="unknown-built-ignored"),
         pytest.param(LINUX_X86_VULKAN, WITH_VULKAN, set(), ["vulkan", "cpu_avx2", "cpu"], id="vulkan-gpu"),
         pytest.param(LINUX_X86, WITH_VULKAN, set(), ["cpu_avx2", "cpu"], id="vulkan-built-no-device"),
-        pytest.param(LINUX_X86_BOTH, WITH_VULKAN, set(), ["cuda", "vulkan", "cpu_avx2", "cpu"], id="cuda-before-vulkan"),
+        pytest.param(LINUX_X86_BOTH, WITH_VULKAN, set(), ["cuda", "vulkan", "cpu_avx2", "cpu"],
+                     id="cuda-before-vulkan"),
         pytest.param(LINUX_X86_VULKAN, WITH_VULKAN, {"vulkan"}, ["cpu_avx2", "cpu"], id="bad-vulkan-skipped"),
     ],
 )
@@ -79,7 +80,8 @@ def test_forced_variant_wins(forced: str, built: tuple[str, ...], bad: set[str],
                      "OLLAMA_LLM_LIBRARY=cuda: that runner is not built (built: cpu, cpu_avx2); "
                      "build it with scripts/build_runners.sh cuda", id="known-not-built"),
         pytest.param("rocm", ("cpu",),
-                     "OLLAMA_LLM_LIBRARY=rocm: unknown runner variant (known: cuda, metal, vulkan, cpu_avx2, cpu; built: cpu)",
+                     "OLLAMA_LLM_LIBRARY=rocm: unknown runner variant "
+                     "(known: cuda, metal, vulkan, cpu_avx2, cpu; built: cpu)",
                      id="unknown"),
         pytest.param("cpu", (), "OLLAMA_LLM_LIBRARY=cpu: that runner is not built (built: none); "
                      "build it with scripts/build_runners.sh cpu", id="nothing-built"),
