@@ -14,7 +14,7 @@ from rich.console import Console
 
 from ollama_py.cli.main import cli
 from ollama_py.cli.progress import ProgressView, bar_line
-from tests.unit.test_cli_client import FakeOllama, fake  # noqa: F401  (the fixture)
+from tests.helpers.fake_ollama import FakeOllama
 
 DIGEST = "sha256:" + "d4c0a6a1e2b3" + "0" * 52
 

@@ -15,7 +15,7 @@ from ollama_py.cli.main import cli
 from ollama_py.cli.repl import Repl
 from ollama_py.cli.session import RunOptions
 from ollama_py.client import Client
-from tests.unit.test_cli_client import FakeOllama, fake  # noqa: F401  (the fixture)
+from tests.helpers.fake_ollama import FakeOllama
 
 SHOW = {"details": {"family": "llama"}, "capabilities": ["completion"], "modelfile": "FROM /blobs/x\n",
         "parameters": 'stop                           "<|im_end|>"', "template": "{{ .Prompt }}",
