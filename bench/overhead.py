@@ -203,7 +203,7 @@ async def open_pair(tmp: Path, model: Path, runner: Path, parallel: int, own_dir
         argv = runner_argv(gateway)
         if argv is None:
             raise RuntimeError(f"no llama-server under serve:\n{gateway.log_tail()}")
-        if Path(argv[0]).resolve() != runner.resolve():
+        if Path(argv[0]).resolve() != runner.resolve():  # noqa: ASYNC240 - set-up, before anything is timed
             log(f"warning: the gateway runs {argv[0]}, not {runner}; the direct server uses the gateway's")
         if not own_direct:
             port = argv[argv.index("--port") + 1]

@@ -183,7 +183,7 @@ def start_serve(tmp: Path, extra_env: dict[str, str] | None = None) -> tuple[sub
     runners = os.environ.get("OLLAMA_PY_TEST_RUNNERS_DIR") or str(ROOT / "runners")
     env = {**os.environ, "OLLAMA_HOST": f"127.0.0.1:{port}", "OLLAMA_MODELS": str(tmp / "models"),
            "OLLAMA_PY_DATA_DIR": str(tmp / "data"), "OLLAMA_RUNNERS_DIR": runners, **(extra_env or {})}
-    log = open(tmp / "serve.log", "ab")
+    log = open(tmp / "serve.log", "ab")  # noqa: SIM115 - the child's stdout for as long as it runs
     proc = subprocess.Popen([sys.executable, "-m", "ollama_py", "serve"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

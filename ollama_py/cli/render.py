@@ -18,7 +18,7 @@ _PAD = "    "  # Ollama's tablewriter padding between columns
 def human_bytes(n: int | float) -> str:
     """Ollama's format.HumanBytes: decimal units, no decimals from 10 up, one decimal below ("98 MB", "1.5 GB")."""
     n = int(n)
-    for size, unit in ((TB, "TB"), (GB, "GB"), (MB, "MB"), (KB, "KB")):
+    for size, unit in ((TB, "TB"), (GB, "GB"), (MB, "MB"), (KB, "KB")):  # noqa: B007 - the unit it stops at
         if n >= size:
             value = n / size
             break

@@ -30,10 +30,7 @@ def representable(value: str) -> bool:
     """Whether `quote(value)` reads back as exactly `value`."""
     if '"' not in value:
         return True
-    for i, ch in enumerate(value):
-        if ch in "\r\n" and value[:i].rstrip(_BLANK).endswith('"""'):
-            return False
-    return True
+    return not any(ch in "\r\n" and value[:i].rstrip(_BLANK).endswith('"""') for i, ch in enumerate(value))
 
 
 def quote(value: str) -> str:

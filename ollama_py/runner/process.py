@@ -3,9 +3,12 @@
 States (RunnerState): starting -> ready -> stopping -> stopped, or starting/ready -> failed when the child
 exits on its own. `ensure_ready()` is the only way to start a runner; every settled transition wakes every
 waiter. The child dies with us: it gets PR_SET_PDEATHSIG (Linux) and its own process group, which stop()
-signals as a whole. Each child requires its own random API key (`api_key`, given in its environment, where
-other users cannot read it, not on its command line): its port is in the process list, and without the key a
-local user could bypass the gateway's OLLAMA_API_KEYS by calling it directly.
+signals as a whole. It is started as a llama-server router's child (runner/load_progress.py): it reports its
+load progress on stdout (`load_report`, `watch_load()`) and ends when the stdin pipe we hold closes, so it
+cannot outlive us even where PR_SET_PDEATHSIG does not exist. Each child requires its own random API key
+(`api_key`, given in its environment, where other users cannot read it, not on its command line): its port is in
+the process list, and without the key a local user could bypass the gateway's OLLAMA_API_KEYS by calling it
+directly.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 import aiohttp
 
 from ollama_py import timeslice
 from ollama_py.errors import RunnerError, RunnerLoadError
+from ollama_py.runner import load_progress
+from ollama_py.runner.load_progress import LoadReport, LoadStage
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,11 @@ class RunnerState(enum.StrEnum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def free_port() -> int:
@@ -144,9 +154,13 @@ class RunnerProcess:
         self._proc: asyncio.subprocess.Process | None = None
         self._changed = asyncio.Condition()
         self._tasks: list[asyncio.Task] = []
+        self._stopping: asyncio.Task | None = None  # the stop a stalled load started
         self._start_task: asyncio.Task | None = None
         self._last_progress = 0.0
         self._failure = ""
+        self._stdin = -1  # our end of the child's stdin: closing it ends the child
+        self.load_report = LoadReport()
+        self._report_changed = asyncio.Event()  # set (and replaced) at each change of load_report or state
 
     # -- state ---------------------------------------------------------------------------------------------
     async def _set_state(self, new: RunnerState) -> None:
@@ -154,8 +168,37 @@ class RunnerProcess:
             return
         log.debug("runner %s (pid %s): %s -> %s", self.name, self.pid, self.state, new)
         self.state = new
+        if new == RunnerState.READY:
+            self.load_report = LoadReport(LoadStage.READY, self.load_report.parts, self.load_report.parts[-1], 1.0)
+        self._bump()
         async with self._changed:
             self._changed.notify_all()
+
+    def _bump(self) -> None:
+        event, self._report_changed = self._report_changed, asyncio.Event()
+        event.set()
+
+    def _report(self, report: LoadReport) -> None:
+        if report != self.load_report:
+            self.load_report = report
+            self._last_progress = time.monotonic()
+            self._bump()
+
+    async def watch_load(self) -> AsyncIterator[LoadReport]:
+        """The load report now, then at each change, until the runner is ready or has failed or stopped after
+        starting; the caller may also just stop iterating."""
+        last: LoadReport | None = None
+        started = False
+        while True:
+            changed = self._report_changed
+            if self.load_report != last:
+                last = self.load_report
+                yield last
+            started = started or self.state == RunnerState.STARTING
+            if self.state in (RunnerState.READY, RunnerState.FAILED) or (
+                    started and self.state in (RunnerState.STOPPING, RunnerState.STOPPED)):
+                return
+            await changed.wait()
 
     @property
     def pid(self) -> int | None:
@@ -187,6 +230,7 @@ class RunnerProcess:
         self.returncode = None
         self.stderr_tail.clear()
         self.log_lines.clear()
+        self.load_report = LoadReport()
         self.state = RunnerState.STOPPED
 
     # -- start ---------------------------------------------------------------------------------------------
@@ -258,24 +302,42 @@ class RunnerProcess:
         log.info("starting llama-server %s: %s", self.name, " ".join(argv))
         self.started_at = time.monotonic()
         self._last_progress = self.started_at
+        # Pipes are created non-inheritable: another runner started later must not hold this one's stdin open.
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
         try:
-            os.set_blocking(stderr_r, False)
+            for fd in (stdout_r, stderr_r, stdin_w):
+                os.set_blocking(fd, False)
             self._proc = await asyncio.create_subprocess_exec(
                 *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
+                stdin=stdin_r,
+                stdout=stdout_w,
                 stderr=stderr_w,
-                env={**(os.environ if self._env is None else self._env), "LLAMA_API_KEY": self.api_key},
+                env={**(os.environ if self._env is None else self._env), **load_progress.ROUTER_ENV,
+                     "LLAMA_API_KEY": self.api_key},
                 start_new_session=True,
                 preexec_fn=pdeathsig_preexec,
             )
         except BaseException:
-            os.close(stderr_r)
+            for fd in (stdout_r, stderr_r, stdin_w):
+                os.close(fd)
             raise
         finally:
-            os.close(stderr_w)
-        self._tasks = [asyncio.create_task(self._read_stderr(stderr_r)), asyncio.create_task(self._wait_exit())]
+            for fd in (stdin_r, stdout_w, stderr_w):
+                os.close(fd)
+        self._stdin = stdin_w
+        self._tasks = [asyncio.create_task(self._read_stderr(stderr_r)),
+                       asyncio.create_task(self._read_stdout(stdout_r)), asyncio.create_task(self._wait_exit())]
+
+    def _close_stdin(self) -> None:
+        """Tell the child to exit, and close its stdin (a child left waiting on it would never exit)."""
+        if self._stdin < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self._stdin, load_progress.EXIT_COMMAND)
+        os.close(self._stdin)
+        self._stdin = -1
 
     async def _read_stderr(self, fd: int) -> None:
         """The child's stderr, line by line into the tail (and the start-up lines, for the memory report).
@@ -283,12 +345,40 @@ class RunnerProcess:
         Once llama-server listens, the pipe is read at most every _LOG_BATCH_SECONDS: at the verbosity the
         memory report needs it logs a dozen lines per request, and a read per line would wake the event loop
         that often, in the middle of the request, on a machine whose cores llama-server is using."""
+        listening = False
+
+        def on_line(line: str) -> None:
+            nonlocal listening
+            self.stderr_tail.append(line)
+            if not listening:
+                self.log_lines.append(line)
+                listening = "listening on http" in line
+                self._report(load_progress.on_log_line(self.load_report, line))
+            log.debug("[%s] %s", self.name, line)
+
+        await self._read_lines(fd, on_line, lambda: listening)
+
+    async def _read_stdout(self, fd: int) -> None:
+        """The child's stdout: its load progress reports (runner/load_progress.py); anything else is a log line."""
+
+        def on_line(line: str) -> None:
+            if line.startswith(load_progress.STATE_PREFIX):
+                self._report(load_progress.on_state_line(self.load_report, line))
+            elif line:
+                self.stderr_tail.append(line)
+                log.debug("[%s] %s", self.name, line)
+
+        await self._read_lines(fd, on_line, lambda: self.state == RunnerState.READY)
+
+    async def _read_lines(self, fd: int, on_line: Callable[[str], None], batch: Callable[[], bool]) -> None:
+        """Each line of a pipe from the child to on_line, until EOF; once batch() is true, reads come at most
+        every _LOG_BATCH_SECONDS. Closes fd."""
         loop = asyncio.get_running_loop()
-        pending, listening, eof = b"", False, False
+        pending, eof = b"", False
         try:
             while not eof:
                 readable = loop.create_future()
-                loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+                loop.add_reader(fd, _wake, readable)
                 try:
                     await readable
                 finally:
@@ -307,15 +397,10 @@ class RunnerProcess:
                 if eof and pending:
                     lines.append(pending)
                 for raw in lines:
-                    line = raw.decode("utf-8", "replace").rstrip("\r")
-                    self.stderr_tail.append(line)
-                    if not listening:
-                        self.log_lines.append(line)
-                        listening = "listening on http" in line
-                    log.debug("[%s] %s", self.name, line)
+                    on_line(raw.decode("utf-8", "replace").rstrip("\r"))
                 if lines:
                     self._last_progress = time.monotonic()
-                if listening and not eof:
+                if batch() and not eof:
                     await asyncio.sleep(_LOG_BATCH_SECONDS)
         finally:
             os.close(fd)
@@ -323,6 +408,7 @@ class RunnerProcess:
     async def _wait_exit(self) -> None:
         assert self._proc
         self.returncode = await self._proc.wait()
+        self._close_stdin()
         for task in self._tasks:
             if task is not asyncio.current_task():
                 with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
@@ -357,7 +443,7 @@ class RunnerProcess:
                     self._failure = (f"timed out waiting for llama runner to start - progress stalled "
                                      f"after {self._load_timeout:g}s: {self.failure_message()}")
                     log.warning("runner %s: %s", self.name, self._failure)
-                    asyncio.create_task(self.stop())
+                    self._stopping = asyncio.create_task(self.stop())  # held: the loop keeps only weak references
                     async with self._changed:
                         await self._changed.wait_for(lambda: self.state != RunnerState.STARTING)
                     return
@@ -368,10 +454,12 @@ class RunnerProcess:
         """Stop the child and reap it:
 
         1. mark the runner stopping (waiters of ensure_ready wake and fail);
-        2. SIGTERM the child's process group, then SIGCONT it (a stopped child could not act on SIGTERM);
-        3. wait up to `grace` seconds for it to exit;
-        4. SIGKILL the process group;
-        5. reap: wait for the exit and the stderr reader.
+        2. write the router's exit command to the child's stdin and close it (a ready child waits for its stdin
+           to end before it exits, even after SIGTERM);
+        3. SIGTERM the child's process group, then SIGCONT it (a stopped child could not act on SIGTERM);
+        4. wait up to `grace` seconds for it to exit;
+        5. SIGKILL the process group;
+        6. reap: wait for the exit and the pipe readers.
         """
         proc = self._proc
         if proc is None or proc.returncode is not None:
@@ -383,6 +471,7 @@ class RunnerProcess:
                 self._failure = ("llama runner was stopped while loading" if self.state == RunnerState.STARTING
                                  else "llama runner was stopped")
             await self._set_state(RunnerState.STOPPING)
+        self._close_stdin()
         self._signal_group(proc.pid, signal.SIGTERM)
         self._signal_group(proc.pid, signal.SIGCONT)
         try:

@@ -62,11 +62,18 @@ async def ui_redirect(request: web.Request) -> web.Response:
 
 @routes.get("/ui/{path:(?!api/).*}")
 async def ui_file(request: web.Request) -> web.StreamResponse:
-    rel = request.match_info["path"] or "index.html"
-    path = (STATIC_DIR / rel).resolve()
-    if STATIC_DIR.resolve() not in path.parents or not path.is_file() or path.suffix not in _TYPES:
+    path = await asyncio.to_thread(_static_file, request.match_info["path"] or "index.html")
+    if path is None:
         raise web.HTTPNotFound()
     return web.FileResponse(path, headers=_headers(_TYPES[path.suffix]))
+
+
+def _static_file(rel: str) -> Path | None:
+    """The console's file at `rel`, or None outside STATIC_DIR or of a type we do not serve (stats: in a thread)."""
+    path = (STATIC_DIR / rel).resolve()
+    if STATIC_DIR.resolve() not in path.parents or not path.is_file() or path.suffix not in _TYPES:
+        return None
+    return path
 
 
 def _sse(event: str, data: Any) -> bytes:

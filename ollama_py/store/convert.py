@@ -169,7 +169,7 @@ def hf_source(store: ModelStore, files: Mapping[str, str], converter: Converter 
     if missing:
         raise BadRequest(f"converting a safetensors {what} needs the Python packages {', '.join(missing)}: "
                          f"{INSTALL_HINT}")
-    for name, digest in files.items():
+    for digest in files.values():
         if not store.blobs.exists(digest):
             raise BadRequest(f"blob {canonical_digest(digest)} not found")
     config_name = "adapter_config.json" if adapter else "config.json"

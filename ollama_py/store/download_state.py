@@ -59,7 +59,7 @@ def check_parts(parts: list[Part], total: int) -> list[Part]:
     """The parts sorted, if they tile [0, total) exactly with numbers 0..k-1; ValueError otherwise."""
     parts = sorted(parts, key=lambda p: p.offset)
     at = 0
-    for i, part in enumerate(parts):
+    for part in parts:
         if part.offset != at or part.size <= 0:
             raise ValueError(f"part {part.n} does not start where the previous one ends")
         at += part.size

@@ -320,9 +320,9 @@ def _parsenum(digits: str) -> int | None:
 def _int_arg(args: list[Any], argi: int) -> int | None:
     """fmt's intFromArg: the int argument for a `*` width or precision, None if it is missing, not an int or
     too large."""
-    if argi < len(args) and isinstance(args[argi], int) and not isinstance(args[argi], bool):
-        if -_MAX_WIDTH <= args[argi] <= _MAX_WIDTH:
-            return args[argi]
+    if (argi < len(args) and isinstance(args[argi], int) and not isinstance(args[argi], bool)
+            and -_MAX_WIDTH <= args[argi] <= _MAX_WIDTH):
+        return args[argi]
     return None
 
 

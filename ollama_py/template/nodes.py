@@ -8,7 +8,7 @@ Nodes are immutable so a parsed template can be cached and shared; Ollama's tree
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeAlias
 
 from ollama_py.template.gofmt import go_quote
 
@@ -199,26 +199,10 @@ class TemplateNode:
         return "{{template " + go_quote(self.name) + pipe + "}}"
 
 
-Node = Union[
-    TextNode,
-    DotNode,
-    NilNode,
-    BoolNode,
-    NumberNode,
-    StringNode,
-    FieldNode,
-    VariableNode,
-    IdentifierNode,
-    ChainNode,
-    CommandNode,
-    PipeNode,
-    ActionNode,
-    ListNode,
-    BranchNode,
-    BreakNode,
-    ContinueNode,
-    TemplateNode,
-]
+Node: TypeAlias = (
+    TextNode | DotNode | NilNode | BoolNode | NumberNode | StringNode | FieldNode | VariableNode | IdentifierNode |
+    ChainNode | CommandNode | PipeNode | ActionNode | ListNode | BranchNode | BreakNode | ContinueNode | TemplateNode
+)
 
 
 # Go's unicode.IsSpace, which bytes.TrimSpace uses (str.strip() also takes U+001C..U+001F).

@@ -21,6 +21,8 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_LOG_FILE=PATH         append each POSTed JSON request body as one line (exactly as received)
   FAKE_MODEL_MIB / FAKE_KV_MIB / FAKE_COMPUTE_MIB / FAKE_DEVICE   buffer sizes and device in the start-up log
   FAKE_EMBEDDING_DIM=N       embedding width (default 16)
+With --reranking, /rerank (and /reranking, /v1/rerank, /v1/reranking) scores each document by the share of the
+query's words it contains (rerank_score), best first, in llama-server's Jina shape.
 As llama-server does, an API key from --api-key or LLAMA_API_KEY (comma-separated keys) is required on every
 route but /health and /v1/health: `Authorization: Bearer KEY` (or `X-Api-Key`), else 401 "Invalid API Key".
 
@@ -98,7 +100,8 @@ _IGNORED_VALUE_FLAGS = set(
     .split()
 )
 _BOOL_FLAGS = {
-    "--embedding": "embedding", "--embeddings": "embedding", "--metrics": "metrics", "--log-disable": "log_disable",
+    "--embedding": "embedding", "--embeddings": "embedding", "--rerank": "rerank", "--reranking": "rerank",
+    "--metrics": "metrics", "--log-disable": "log_disable",
     "-kvu": "kv_unified", "--kv-unified": "kv_unified", "--context-shift": "context_shift",
 }
 _NEGATED_FLAGS = {"--no-kv-unified": "kv_unified", "-no-kvu": "kv_unified", "--no-log-prefix": "log_prefix",
@@ -120,6 +123,7 @@ class ServerArgs:
     threads: int = -1
     embd_normalize: int = 2
     embedding: bool = False
+    rerank: bool = False  # --reranking: embeddings with pooling rank, and /rerank answers
     metrics: bool = False
     log_disable: bool = False
     verbosity: int = 3  # -lv; llama-server shows libllama's load details (buffer sizes...) only from 4 up
@@ -1013,6 +1017,45 @@ async def handle_oai_embedding(request: web.Request) -> web.Response:
     return await _embeddings(request, oai=True)
 
 
+def rerank_score(query: str, document: str) -> float:
+    """The "reranker": the share of the query's words found in the document, a little less for a longer
+    document, so a document repeating the query ranks first and one sharing nothing scores 0."""
+    words = {w.strip(".,;:!?").lower() for w in query.split()} - {""}
+    doc = {w.strip(".,;:!?").lower() for w in document.split()}
+    if not words:
+        return 0.0
+    return round(len(words & doc) / len(words) / (1 + 0.001 * len(document.split())), 6)
+
+
+async def handle_rerank(request: web.Request) -> web.Response:
+    """llama-server's /rerank in its Jina shape (TEI's `texts` shape is not faked): one pair's prompt is
+    [BOS] query [EOS] document [EOS], refused past a slot's context as the real one does."""
+    state = request.app[STATE]
+    if not state.args.rerank:
+        raise RequestError("This server does not support reranking. Start it with `--reranking`",
+                           "not_supported_error")
+    body = await read_body(request)
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise RequestError('"query" must be provided' if query is None else '"query" must be a string')
+    documents = body.get("documents")
+    if not isinstance(documents, list) or not documents or not all(isinstance(d, str) for d in documents):
+        raise RequestError('"documents" must be a non-empty string array')
+    n_ctx, results, n_tokens = state.slots.slots[0].n_ctx, [], 0
+    for i, doc in enumerate(documents):
+        tokens = len(state.vocab.encode(query)) + len(state.vocab.encode(doc)) + 3
+        if tokens > n_ctx:
+            raise RequestError(f"request ({tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
+                               "try increasing it", "exceed_context_size_error", n_prompt_tokens=tokens, n_ctx=n_ctx)
+        n_tokens += tokens
+        results.append({"index": i, "relevance_score": rerank_score(query, doc)})
+    results.sort(key=lambda r: -r["relevance_score"])
+    top_n = body.get("top_n", len(documents))
+    return json_ok({"model": body.get("model", state.model_name), "object": "list",
+                    "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+                    "results": results[:max(int(top_n), 0)]})
+
+
 def build_app(state: FakeServer) -> web.Application:
     app = web.Application(middlewares=[_middleware], client_max_size=64 * 1024 * 1024)
     app[STATE] = state
@@ -1035,6 +1078,8 @@ def build_app(state: FakeServer) -> web.Application:
     for path in ("/embedding", "/embeddings"):
         app.router.add_post(path, handle_embedding)
     app.router.add_post("/v1/embeddings", handle_oai_embedding)
+    for path in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking"):
+        app.router.add_post(path, handle_rerank)
     return app
 
 
@@ -1104,7 +1149,7 @@ async def serve(args: ServerArgs, behaviour: Behaviour) -> None:
         _die(1)
     port = runner.addresses[0][1]
     _log(f"srv    load_model: loading model '{args.model}'")
-    if not os.path.isfile(args.model):
+    if not os.path.isfile(args.model):  # noqa: ASYNC240 - one stat at start-up, before anything is served
         _load_failed(args.model,
                      f"gguf_init_from_file: failed to open GGUF file '{args.model}' (No such file or directory)",
                      f"llama_model_load: error loading model: llama_model_loader: failed to load model from "

@@ -33,7 +33,7 @@ def fake(tmp_path: Path, *flags: str, wait: bool = True, **env: str) -> Iterator
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
     port = _free_port()
-    stderr = open(tmp_path / "stderr.log", "wb")  # a file, so a chatty child never blocks on a full pipe
+    stderr = open(tmp_path / "stderr.log", "wb")  # noqa: SIM115 - a file, so a chatty child never blocks on a pipe
     proc = subprocess.Popen([*fake_command(), "--model", str(model), "--port", str(port), *flags],
                             stderr=stderr, env={**os.environ, **env})
     url = f"http://127.0.0.1:{port}"

@@ -117,12 +117,12 @@ class StreamInFlight:
         self._thread.start()
 
     def _run(self, url: str, body: dict[str, Any]) -> None:
-        with contextlib.suppress(requests.RequestException):
-            with requests.post(url + "/api/generate", json=body, stream=True, timeout=60) as resp:
-                for line in resp.iter_lines():
-                    self.first_line.set()
-                    self.last_line = json.loads(line)
-                return
+        with contextlib.suppress(requests.RequestException), \
+                requests.post(url + "/api/generate", json=body, stream=True, timeout=60) as resp:
+            for line in resp.iter_lines():
+                self.first_line.set()
+                self.last_line = json.loads(line)
+            return
         self.last_line = None
 
     def join(self) -> None:

@@ -283,7 +283,7 @@ async def test_model_that_does_not_fit_evicts_an_idle_one_below_the_count_limit(
         return 1500 - 1000 * len(loaded_sizes)
 
     sched = make_scheduler(tmp_path, free_memory=free_memory, max_loaded_models=3)
-    sched.listeners.append(lambda event, l: loaded_sizes.append(1) if event == "loaded" else
+    sched.listeners.append(lambda event, _loaded: loaded_sizes.append(1) if event == "loaded" else
                            loaded_sizes.pop() if event in ("evicted", "unloaded") else None)
     a, b = model(tmp_path, "a"), model(tmp_path, "b")
     try:

@@ -16,10 +16,9 @@ from tests.conftest import ROOT, fake_scheduler, free_port, make_settings, start
 
 
 def test_second_lock_on_a_store_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
-    with StoreLock(tmp_path):
-        with pytest.raises(StoreLocked, match=rf"model store {tmp_path} is in use by another ollama-py serve "
-                                              rf"\(pid {os.getpid()}\)"):
-            StoreLock(tmp_path).acquire()
+    with StoreLock(tmp_path), pytest.raises(StoreLocked, match=rf"model store {tmp_path} is in use by another "
+                                                                  rf"ollama-py serve \(pid {os.getpid()}\)"):
+        StoreLock(tmp_path).acquire()
     with StoreLock(tmp_path):  # released: the next one gets it
         pass
 
