@@ -20,6 +20,7 @@ import json
 import os
 import select
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -58,8 +59,9 @@ class Row:
     step: str
     status: str  # an HTTP status, or what happened instead ("exit 1", "timeout")
     text: str  # the error text (or the part of the answer that matters)
-    gap_ms: float  # the largest gap between two answers the ticker saw during the step
+    gap_ms: float  # the largest gap between two answers the ticker saw during the step (median over runs)
     ticker_errors: int  # the ticker's requests that failed (connection refused/reset, status != 200)
+    gaps: tuple[float, ...] = ()  # the step's gap in each run, when repeated
 
 
 @dataclass
@@ -314,14 +316,31 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
     return b.rows
 
 
+def run_repeated(scratch: Path, gguf: Path, times: int) -> list[Row]:
+    """run() `times` times, each on a fresh serve and store; a step's gap is the median of its runs (one run's
+    gap can be a neighbour's doing on a shared machine), its status and text the first run's, and a status
+    that differs between runs is said in the text."""
+    runs = [run(scratch / f"run{i}", gguf) for i in range(times)]
+    out = []
+    for i, first in enumerate(runs[0]):
+        same = [r[i] for r in runs if i < len(r) and (r[i].case, r[i].step) == (first.case, first.step)]
+        gaps = tuple(r.gap_ms for r in same)
+        statuses = sorted({r.status for r in same})
+        text = first.text if len(statuses) == 1 else f"{first.text} (statuses over the runs: {', '.join(statuses)})"
+        out.append(Row(first.case, first.step, first.status, text, statistics.median(gaps),
+                       sum(r.ticker_errors for r in same), gaps))
+    return out
+
+
 def table(rows: list[Row]) -> list[str]:
-    out = ["| case | step | status | error text (or answer) | largest gap | ticker errors |",
-           "|---|---|---|---|---:|---:|"]
+    out = ["| case | step | status | error text (or answer) | largest gap, median | each run | ticker errors |",
+           "|---|---|---|---|---:|---|---:|"]
     for r in rows:
         text = r.text.replace("|", "\\|").replace("\n", " ")
         if len(text) > 220:
             text = text[:217] + "..."
-        out.append(f"| {r.case} | {r.step} | {r.status} | {text} | {r.gap_ms:.0f} ms | {r.ticker_errors} |")
+        each = " / ".join(f"{g:.0f}" for g in r.gaps)
+        out.append(f"| {r.case} | {r.step} | {r.status} | {text} | {r.gap_ms:.0f} ms | {each} | {r.ticker_errors} |")
     return out
 
 
@@ -329,6 +348,6 @@ if __name__ == "__main__":
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="hardening-") as tmp:
-        rows = run(Path(tmp) / "h", write_tiny_gguf(Path(tmp) / "tiny.gguf"))
+        rows = run_repeated(Path(tmp) / "h", write_tiny_gguf(Path(tmp) / "tiny.gguf"), 3)
     print("\n".join(table(rows)))
     print(f"load average: {os.getloadavg()}")
