@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from typing import Any
 
 from aiohttp import web
@@ -15,34 +17,80 @@ _TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", 
 
 
 _LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+# A number that may be past float64's range: 309+ digits, or an exponent of 3+ digits. Only then are numbers
+# parsed through the checking hooks (which cost a Python call per number).
+_MAYBE_HUGE_NUMBER = re.compile(rb"[0-9]{309}|[eE][+-]?[0-9]{3}")
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"invalid character '{name[0]}' looking for beginning of value")
 
 
-def _fix_surrogates(value: Any) -> Any:
-    """Strings with a lone UTF-16 surrogate (valid JSON escapes, but not encodable text) get U+FFFD in its
-    place, as Go's encoding/json does; otherwise they would fail later, when sent on to the runner."""
-    if isinstance(value, str):
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(value, list):
-        return [_fix_surrogates(v) for v in value]
-    if isinstance(value, dict):
-        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in value.items()}
+class _NumberOutOfRange(ValueError):
+    pass
+
+
+def _number_out_of_range(text: str) -> _NumberOutOfRange:
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    return _NumberOutOfRange(f"json: cannot unmarshal number {shown} into Go value of type float64")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400: Go's decoder refuses it; Python would carry inf on to the runner
+        raise _number_out_of_range(text)
     return value
 
 
+def _parse_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > sys.float_info.max:  # no Go number type holds it (float64 fields would overflow here later)
+        raise _number_out_of_range(text)
+    return value
+
+
+def _fix_text(text: str) -> str:
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _fix_surrogates(body: dict[str, Any]) -> dict[str, Any]:
+    """Strings with a lone UTF-16 surrogate (valid JSON escapes, but not encodable text) get U+FFFD in its
+    place, as Go's encoding/json does; otherwise they would fail later, when sent on to the runner. In place and
+    without recursion: the body may be nested as deep as the decoder allows."""
+    stack: list[Any] = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            items = list(node.items())
+            node.clear()
+            for key, value in items:
+                node[_fix_text(key)] = _fix_text(value) if isinstance(value, str) else value
+                if isinstance(value, (dict, list)):
+                    stack.append(value)
+        else:
+            for i, value in enumerate(node):
+                if isinstance(value, str):
+                    node[i] = _fix_text(value)
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
+    return body
+
+
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
-    """The body as a JSON object. JSON that Go's decoder refuses is refused too: NaN/Infinity literals, and
-    nesting deep enough to exhaust the parser."""
+    """The body as a JSON object. JSON that Go's decoder refuses is refused too: NaN/Infinity literals, numbers
+    past float64's range, and nesting deep enough to exhaust the parser."""
     raw = await request.read()
     if not raw.strip():
         if allow_empty:
             return {}
         raise BadRequest("missing request body")
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
+        if _MAYBE_HUGE_NUMBER.search(raw):
+            body = json.loads(raw, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
+        else:
+            body = json.loads(raw, parse_constant=_reject_constant)
+    except _NumberOutOfRange as e:
+        raise BadRequest(str(e)) from None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise BadRequest(f"invalid character in request body: {e}") from None
     except RecursionError:

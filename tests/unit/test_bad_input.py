@@ -220,6 +220,14 @@ def _option_cases() -> list[Case]:
         _case("oai-dimensions-negative", "oai_embeddings", 400, dimensions=-1),
         _case("anthropic-max-tokens-zero", "anthropic", 400, max_tokens=0),
         _case("anthropic-temperature-string", "anthropic", 400, temperature="x"),
+        # numbers past float64 (Go: "cannot unmarshal number ... of type float64"); they were a 500 (OverflowError)
+        _case("keep-alive-past-float64", "generate", 400, keep_alive=10**400),
+        _case("option-temperature-past-float64", "generate", 400, options={"temperature": 10**400}),
+        _case("oai-temperature-past-float64", "oai_chat", 400, temperature=10**400),
+        _case("oai-top-p-past-float64", "oai_chat", 400, top_p=-(10**309)),
+        _case("anthropic-temperature-past-float64", "anthropic", 400, temperature=10**400),
+        Case("embed-keep-alive-exponent-past-float64", "POST", "/api/embed",
+             b'{"model": "tiny", "input": "hi", "keep_alive": 1e400}', 400),
     ]
 
 
@@ -289,6 +297,15 @@ async def test_blob_upload_is_streamed_past_the_body_limit(bad_input_client: Any
     resp = await bad_input_client.post(f"/api/blobs/{digest}", data=blob)
     assert resp.status == 201, await resp.text()
     assert (await bad_input_client.head(f"/api/blobs/{digest}")).status == 200
+
+
+async def test_lone_surrogate_deep_in_a_body_is_not_a_500(bad_input_client: Any) -> None:
+    """Found by test_request_fuzz: the surrogate repair walked the body recursively, so a lone surrogate under a
+    few hundred levels the decoder accepts was a 500 (RecursionError)."""
+    raw = b'{"model": "tiny", "prompt": "hi", "stream": false, "x": ' + b'{"a": ' * 600 + b'"\\ud800"' + b"}" * 600 + b"}"
+    resp = await bad_input_client.post("/api/generate", data=raw)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["done"] is True
 
 
 async def test_lone_surrogate_in_prompt_is_replaced_not_a_500(bad_input_client: Any) -> None:
