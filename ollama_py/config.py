@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import platformdirs
@@ -191,7 +192,7 @@ class Settings:
     config_file: Path | None = None  # the TOML file these came from in part (config_file.py), watched by serve
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
         env = dict(os.environ if env is None else env)
 
         def duration(key: str, default: float) -> float:

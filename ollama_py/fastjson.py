@@ -16,22 +16,26 @@ from json import scanner as _scanner
 from typing import Any
 
 _DECODER = json.JSONDecoder()
-_scan = (_scanner.c_make_scanner or _scanner.py_make_scanner)(_DECODER)
+# The C scanner and encoder are CPython's json internals, which typeshed does not declare.
+_scan = (_scanner.c_make_scanner or _scanner.py_make_scanner)(_DECODER)  # type: ignore[attr-defined]
 
 
 def _default(o: Any) -> Any:
     raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
 
 
-if _encoder.c_make_encoder is not None:
-    _encode = _encoder.c_make_encoder(None, _default, _encoder.encode_basestring, None, ":", ",", False, False, True)
+if _encoder.c_make_encoder is not None:  # type: ignore[attr-defined]
+    _encode = _encoder.c_make_encoder(None,  # type: ignore[attr-defined]
+                                       _default, _encoder.encode_basestring, None, ":", ",", False, False, True)
 
     def dumps(obj: Any) -> str:
         """Compact JSON, non-ASCII kept as is."""
         return "".join(_encode(obj, 0))
 else:  # pragma: no cover - CPython always has the C encoder
     _PY = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-    dumps = _PY.encode
+
+    def dumps(obj: Any) -> str:
+        return _PY.encode(obj)
 
 
 json_string = _encoder.encode_basestring  # a str as a JSON string literal, non-ASCII kept (as dumps writes it)

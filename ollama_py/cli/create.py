@@ -8,6 +8,7 @@ Blobs the server already has (HEAD /api/blobs/<digest> is 200) are not sent agai
 
 from __future__ import annotations
 
+import functools
 import logging
 import pwd
 from dataclasses import dataclass, field
@@ -115,7 +116,7 @@ def upload(client: Client, files: list[LocalFile], view: ProgressView) -> dict[s
             log.debug("blob %s already on the server", digest)
             view.bar(key, "", size, size)
         else:
-            client.create_blob(digest, f.path, progress=lambda n, k=key: view.advance(k, n))
+            client.create_blob(digest, f.path, progress=functools.partial(view.advance, key))
             view.bar(key, "", size, size)
         out[f.name] = digest
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TextIO
+from typing import IO, Any, cast
 
 from rich.console import Console
 from rich.progress import Progress, ProgressColumn, Task, TaskID
@@ -71,7 +71,7 @@ class _Line(ProgressColumn):
                                  width=self._console.width - 1, done=task.finished))
         if task.finished:
             return Text(task.description)
-        return Text.assemble(task.description, " ", self._spinner.render(task.get_time()))
+        return Text.assemble(task.description, " ", cast(Text, self._spinner.render(task.get_time())))
 
 
 @dataclass
@@ -109,7 +109,7 @@ class ProgressView:
         self.stop()
 
     def _print(self, line: str) -> None:
-        out: TextIO = self.console.file
+        out: IO[str] = self.console.file
         out.write(line + "\n")
         out.flush()
 
@@ -138,7 +138,7 @@ class ProgressView:
         self._stop_spinner()
         self._status = text
         if self.live:
-            self._status_task = self._progress.add_task(text, total=None, **{_KIND: _STATUS})
+            self._status_task = self._progress.add_task(text, total=None, kind=_STATUS)
         else:
             self._print(text)
 
@@ -148,7 +148,7 @@ class ProgressView:
             if key not in self._tasks:
                 self._stop_spinner()
                 self._tasks[key] = self._progress.add_task(description, total=total or None, completed=completed,
-                                                           **{_KIND: _BAR})
+                                                           kind=_BAR)
             else:
                 self._progress.update(self._tasks[key], total=total or None, completed=completed)
             return
@@ -178,7 +178,7 @@ class ProgressView:
             if not self.live:
                 return
             if self._quantize_task is None:
-                self._quantize_task = self._progress.add_task(status, total=None, **{_KIND: _STATUS})
+                self._quantize_task = self._progress.add_task(status, total=None, kind=_STATUS)
             else:
                 self._progress.update(self._quantize_task, description=status)
         elif status and status != self._status:

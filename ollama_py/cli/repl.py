@@ -264,7 +264,7 @@ class Repl:
             self.tell(f"Error: {e}\n")
             return
         if reply.content or reply.thinking:
-            message: dict[str, Any] = {"role": reply.role, "content": reply.content}
+            message = {"role": reply.role, "content": reply.content}
             if reply.thinking:
                 message["thinking"] = reply.thinking
             self.opts.messages.append(message)

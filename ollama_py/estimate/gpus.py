@@ -16,7 +16,6 @@ import platform
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import psutil
@@ -75,7 +74,7 @@ def _visible(devices: list[tuple[int, str]], spec: str | None) -> list[tuple[int
     return chosen or None
 
 
-def probe_nvidia(env: Mapping[str, str], *, nvml: ModuleType | Any | None = None) -> tuple[list[GpuInfo], str | None]:
+def probe_nvidia(env: Mapping[str, str], *, nvml: Any = None) -> tuple[list[GpuInfo], str | None]:
     """NVIDIA GPUs through NVML, honouring CUDA_VISIBLE_DEVICES. Returns (gpus, why-none).
 
     `nvml` defaults to the pynvml module; tests pass a stand-in with the same functions.
@@ -84,9 +83,10 @@ def probe_nvidia(env: Mapping[str, str], *, nvml: ModuleType | Any | None = None
         try:
             with warnings.catch_warnings():  # pynvml warns that nvidia-ml-py is its new name; same module
                 warnings.simplefilter("ignore", FutureWarning)
-                import pynvml as nvml  # noqa: PLC0415 - imported on use so importing us never loads NVML
+                import pynvml  # noqa: PLC0415 - imported on use so importing us never loads NVML
         except ImportError as exc:  # pragma: no cover - pynvml is a dependency
             return [], f"pynvml is not installed ({exc})"
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...

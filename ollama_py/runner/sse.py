@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ollama_py import fastjson
-from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
+from ollama_py.errors import BadRequest, ContextExceeded, OllamaError, RunnerError
 
 _HIGH_WATER, _LOW_WATER = 256, 32  # events queued before reading pauses / resumes (a slow client)
 _MAX_HEAD = 64 * 1024
@@ -38,7 +38,7 @@ class RunnerStalled(RunnerError):
     """llama-server sent nothing for `read_timeout` seconds mid-request: it is hung (stopped, deadlocked)."""
 
 
-def error_from(status: int, text: str) -> RunnerError:
+def error_from(status: int, text: str) -> OllamaError:
     """llama-server's error body ({"error": {"message": ...}} or plain text) as our error."""
     err: Any = None
     try:

@@ -51,8 +51,10 @@ def _image(source: Any) -> str:
     if source.get("type") != "base64":
         raise BadRequest(f"invalid image source type: {source.get('type')}. Only base64 images are supported.")
     data = source.get("data")
+    if not isinstance(data, str):
+        raise BadRequest("invalid base64 image data: data must be a string")
     try:
-        base64.b64decode(data if isinstance(data, str) else "", validate=True)
+        base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as e:
         raise BadRequest(f"invalid base64 image data: {e}") from None
     return data

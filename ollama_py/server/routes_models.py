@@ -124,7 +124,7 @@ async def copy(request: web.Request) -> web.Response:
     try:
         await asyncio.to_thread(request.app[STORE].copy, src, dst)
     except ModelNotFound:
-        raise ModelNotFound(src_raw, f'model "{src_raw}" not found') from None
+        raise ModelNotFound(str(src_raw), f'model "{src_raw}" not found') from None
     return web.Response(status=200)
 
 

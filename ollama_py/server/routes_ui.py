@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -213,7 +214,7 @@ def setup_console(app: web.Application) -> Console:
     app[CONSOLE] = console
     app.add_routes(routes)
 
-    async def tap_logs(app: web.Application):  # type: ignore[no-untyped-def]
+    async def tap_logs(app: web.Application) -> AsyncIterator[None]:
         root = logging.getLogger()
         if app[SETTINGS].debug:
             console.log_tap.setLevel(logging.DEBUG)

@@ -68,7 +68,8 @@ def run_server(settings: Settings) -> None:
     try:
         sock.bind((host, settings.host.port))
     except OSError as e:
-        raise SystemExit(f"Error: listen tcp {host}:{settings.host.port}: bind: {e.strerror.lower()}") from None
+        reason = (e.strerror or str(e)).lower()
+        raise SystemExit(f"Error: listen tcp {host}:{settings.host.port}: bind: {reason}") from None
     log.info("Listening on %s:%d (version %s)", host, settings.host.port, __version__)
     log.info("models: %s; runners: %s", settings.models, settings.runners_dir)
     if not settings.noui:

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol, cast
 
 from ollama_py.errors import BadRequest, DigestMismatch, NotFound
 
@@ -28,6 +28,12 @@ _BLOB_NAME = re.compile(r"^sha256-([0-9a-f]{64})\Z")
 # Leftovers that only an interrupted write or download produces: our temp files, Ollama's partials.
 _STALE_NAME = re.compile(r"^sha256-(tmp-.*|.*-partial.*)\Z")
 _CHUNK = 1 << 20
+
+
+class Readable(Protocol):
+    """What write_from reads from besides an iterable of chunks: a file, or a request body's reader."""
+
+    def read(self, n: int, /) -> bytes: ...
 
 
 def canonical_digest(digest: str) -> str:
@@ -91,7 +97,7 @@ class BlobStore:
 
     # -- writes --------------------------------------------------------------------------------------
 
-    def write_from(self, reader: BinaryIO | Iterable[bytes], expected: str | None = None) -> tuple[str, int]:
+    def write_from(self, reader: Readable | Iterable[bytes], expected: str | None = None) -> tuple[str, int]:
         """Copy a stream into the store, hashing as it goes; ("sha256:<hex>", size).
 
         With `expected`, a stream whose hash differs raises DigestMismatch and leaves no file behind.
@@ -196,10 +202,10 @@ class BlobStore:
         return removed
 
 
-def _chunks(reader: BinaryIO | Iterable[bytes]) -> Iterable[bytes]:
+def _chunks(reader: Readable | Iterable[bytes]) -> Iterable[bytes]:
     read = getattr(reader, "read", None)
     if read is None:
-        yield from (bytes(c) for c in reader if c)
+        yield from (bytes(c) for c in cast(Iterable[bytes], reader) if c)
         return
     while chunk := read(_CHUNK):
         yield chunk

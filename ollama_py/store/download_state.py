@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class Part:
     def from_json(cls, obj: object) -> Part:
         if not isinstance(obj, dict):
             raise ValueError("part state is not an object")
-        values = [obj.get(k) for k in ("N", "Offset", "Size", "Completed")]
+        values: list[Any] = [obj.get(k) for k in ("N", "Offset", "Size", "Completed")]
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
             raise ValueError(f"bad part state {obj!r}")
         n, offset, size, completed = values

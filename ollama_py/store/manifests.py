@@ -11,6 +11,7 @@ at a complete manifest or at nothing. Lookups of existing names ignore case, lik
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import json
@@ -249,7 +250,7 @@ class ManifestStore:
                 raise InvalidManifest(f"{path}: {e}") from None
         return refs
 
-    def remove_stale_temp(self) -> list[Path]:
+    def remove_stale_temp(self) -> builtins.list[Path]:  # builtins: `list` here is the method above
         """Temp files an interrupted put() left behind (start-up only: a live put may own one)."""
         removed: list[Path] = []
         if not self.dir.is_dir():
@@ -282,7 +283,7 @@ class ManifestStore:
                         yield name, Path(tag.path)
 
 
-def _entries(path: Path | os.DirEntry) -> list[os.DirEntry]:
+def _entries(path: Path | os.DirEntry[str]) -> list[os.DirEntry[str]]:
     """A directory's entries; none when it vanished since its parent was listed (a concurrent delete removes
     the directories it empties), so a walk never fails on what another request just removed."""
     try:

@@ -252,16 +252,17 @@ def _format_one(verb: str, flags: str, prec: int | None, arg: Any) -> str:
         if isinstance(arg, int) and not isinstance(arg, bool) and "+" in flags:
             return _format_int(arg, "d", flags, None)
         return format_value(arg, plus="+" in flags)
-    if isinstance(arg, (GoStruct, GoNamed)) and arg.string is not None and verb in "sqvxX":
+    if isinstance(arg, GoStruct) and arg.string is not None and verb in "sqvxX":  # noqa: SIM114 - String() typed per class
         arg = arg.string(arg)
-    if isinstance(arg, (list, tuple)) and verb != "q" or isinstance(arg, dict):
-        items = arg.items() if isinstance(arg, dict) else None
-        if items is not None:
-            inner = " ".join(
-                _format_one(verb, flags, prec, k) + ":" + _format_one(verb, flags, prec, v)
-                for k, v in sorted_items(arg)
-            )
-            return "map[" + inner + "]"
+    elif isinstance(arg, GoNamed) and arg.string is not None and verb in "sqvxX":
+        arg = arg.string(arg)
+    if isinstance(arg, dict):
+        inner = " ".join(
+            _format_one(verb, flags, prec, k) + ":" + _format_one(verb, flags, prec, v)
+            for k, v in sorted_items(arg)
+        )
+        return "map[" + inner + "]"
+    if isinstance(arg, (list, tuple)) and verb != "q":
         return "[" + " ".join(_format_one(verb, flags, prec, v) for v in arg) + "]"
     if verb == "s":
         if isinstance(arg, str):

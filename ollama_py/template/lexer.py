@@ -212,7 +212,7 @@ class _Lexer:
 
     # -- states ----------------------------------------------------------------------------
     def run(self) -> list[Token]:
-        state = self.lex_text
+        state: _Next = self.lex_text
         while state is not None:
             state = state()
         return self.tokens

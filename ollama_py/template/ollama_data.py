@@ -24,7 +24,7 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ollama_py.errors import TemplateError
 from ollama_py.template.gojson import marshal, marshal_ordered
@@ -184,13 +184,13 @@ def _property_type(value: Any, where: str) -> GoNamed:
         raise TemplateError(f"{where}.type must be a string or an array of strings")
 
     def to_string(pt: GoNamed) -> str:
-        items = pt.contents()
+        items = cast(list[Any], pt.contents())  # a slice
         if not items:
             return ""
         return items[0] if len(items) == 1 else "[" + " ".join(items) + "]"
 
     def to_json(pt: GoNamed) -> str:
-        items = pt.contents()
+        items = cast(list[Any], pt.contents())
         return marshal(items[0]) if len(items) == 1 else marshal(pt.value)
 
     return GoNamed(types, "api.PropertyType", "slice", string=to_string, marshal_json=to_json)
