@@ -302,7 +302,8 @@ async def test_blob_upload_is_streamed_past_the_body_limit(bad_input_client: Any
 async def test_lone_surrogate_deep_in_a_body_is_not_a_500(bad_input_client: Any) -> None:
     """Found by test_request_fuzz: the surrogate repair walked the body recursively, so a lone surrogate under a
     few hundred levels the decoder accepts was a 500 (RecursionError)."""
-    raw = b'{"model": "tiny", "prompt": "hi", "stream": false, "x": ' + b'{"a": ' * 600 + b'"\\ud800"' + b"}" * 600 + b"}"
+    deep = b'{"a": ' * 600 + b'"\\ud800"' + b"}" * 600
+    raw = b'{"model": "tiny", "prompt": "hi", "stream": false, "x": ' + deep + b"}"
     resp = await bad_input_client.post("/api/generate", data=raw)
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["done"] is True
