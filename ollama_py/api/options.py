@@ -56,6 +56,9 @@ OPTION_TYPES: Mapping[str, type] = MappingProxyType(
         # ours, not Ollama's: llama.cpp RPC workers ("host:port,host:port") for this model, a subset of the
         # operator's OLLAMA_RPC_SERVERS; "" means none (load locally). A Modelfile PARAMETER only, never per request.
         "rpc_servers": str,
+        # ours: this model is a reranker (runs with llama-server's --reranking and answers /api/rerank), for a
+        # GGUF whose metadata does not say so; false makes one that does an ordinary model. A Modelfile PARAMETER.
+        "rerank": bool,
     }
 )
 
@@ -84,6 +87,7 @@ DEFAULT_OPTIONS: Mapping[str, int | float | bool | None] = MappingProxyType(
         "draft_num_predict": 4,
         "draft_ngram": False,
         "rpc_servers": None,  # None: OLLAMA_RPC_SERVERS
+        "rerank": None,  # None: the GGUF's metadata decides (GGUFInfo.is_reranker)
     }
 )
 
@@ -96,6 +100,7 @@ LOAD_OPTIONS: frozenset[str] = frozenset({"num_ctx", "num_batch", "num_gpu", "ma
 MODEL_ONLY_OPTIONS: Mapping[str, str] = MappingProxyType({
     "rpc_servers": 'option "rpc_servers" cannot be set per request: RPC workers are chosen by the server '
                    "(OLLAMA_RPC_SERVERS, or a Modelfile PARAMETER naming some of them)",
+    "rerank": 'option "rerank" cannot be set per request: whether a model is a reranker is a Modelfile PARAMETER',
 })
 
 # Accepted by older Ollama releases; a Modelfile naming one still parses (with a warning) and it is ignored.

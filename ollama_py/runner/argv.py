@@ -22,6 +22,7 @@ class LaunchSpec:
     adapters: tuple[Path, ...] = ()
     projectors: tuple[Path, ...] = ()
     embedding: bool = False
+    rerank: bool = False  # with embedding: a reranker, started with --reranking (pooling rank) for /rerank
     use_mmap: bool | None = None
     main_gpu: int | None = None
     tensor_split: tuple[float, ...] = ()
@@ -79,7 +80,9 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         argv += ["--lora", str(adapter)]
     for projector in spec.projectors:
         argv += ["--mmproj", str(projector)]
-    if spec.embedding:
+    if spec.rerank:
+        argv += ["--reranking"]  # embeddings on, pooling rank: the model's classification head scores each pair
+    elif spec.embedding:
         argv += ["--embedding", "--pooling", "mean"]
     if spec.use_mmap is False:
         argv += ["--no-mmap"]

@@ -111,6 +111,8 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
             # over all devices by their free memory; the workers take what they report off this machine.
             n_gpu_layers = shape.block_count + 1
             size = max(size - sum(workers.values()), 0)
+    # a reranker's embedding runner is a rerank runner: the only kind its model has (Model.capabilities)
+    rerank = embedding and "rerank" in getattr(model, "capabilities", ())
     draft = None if embedding else getattr(model, "draft_path", None)
     if draft is not None:  # the draft's weights go where the main model's layers go (speculation_args)
         draft_bytes = draft.stat().st_size
@@ -129,6 +131,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         adapters=tuple(model.adapters),
         projectors=tuple(model.projectors),
         embedding=embedding,
+        rerank=rerank,
         use_mmap=options.get("use_mmap"),
         main_gpu=placement.main_gpu if len(gpus) > 1 else None,
         tensor_split=tensor_split,
@@ -138,7 +141,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         draft_max=options.get("draft_num_predict") or None,
     )
     key = "|".join([str(model.model_path), *map(str, model.adapters), *([f"draft={draft}"] if draft else []),
-                    "embed" if embedding else "gen"])
+                    "rerank" if rerank else "embed" if embedding else "gen"])
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,

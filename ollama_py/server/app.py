@@ -26,7 +26,15 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
                live_config: LiveConfig | None = None) -> web.Application:
     """The gateway. A test may pass its own scheduler (e.g. one whose runner factory starts the fake server), and
     the LiveConfig that scheduler plans with (else one reads settings.config_file)."""
-    from ollama_py.server import openapi, routes_models, routes_native, routes_openai, routes_tokens, routes_transfer
+    from ollama_py.server import (
+        openapi,
+        routes_models,
+        routes_native,
+        routes_openai,
+        routes_rerank,
+        routes_tokens,
+        routes_transfer,
+    )
     from ollama_py.server.metrics import Metrics, metrics_routes
     from ollama_py.store.lock import StoreLock
     from ollama_py.store.models import ModelStore
@@ -53,6 +61,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     app.add_routes(routes_transfer.routes)
     app.add_routes(routes_openai.routes)
     app.add_routes(routes_tokens.routes)
+    app.add_routes(routes_rerank.routes)
     app.add_routes(metrics_routes)
     app.add_routes(openapi.routes)
     if not settings.noui:

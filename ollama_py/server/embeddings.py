@@ -29,6 +29,8 @@ def normalize(vec: list[float]) -> list[float]:
 
 async def embed(scheduler: Scheduler, model: Any, opts: dict[str, Any], keep_alive: float | None,
                 inputs: list[str], *, truncate: bool, dimensions: int | None) -> EmbedResult:
+    if "rerank" in model.capabilities:  # its runner pools by rank: one score per input, not a vector
+        raise BadRequest(f'"{model.name.short}" is a reranker and does not support embeddings: use /api/rerank')
     if not inputs:
         if keep_alive != 0:
             await scheduler.load(model, opts, keep_alive, embedding=True)

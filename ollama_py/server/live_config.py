@@ -228,7 +228,7 @@ async def while_serving(app: web.Application) -> AsyncIterator[None]:
         return await asyncio.to_thread(_load, store, name)
 
     async def load(model: Any, ms: ModelSettings) -> None:
-        embedding = "embedding" in model.capabilities
+        embedding = "completion" not in model.capabilities  # an embedding model or a reranker
         await sched.load(model, default_options(settings, live, model), None, embedding=embedding)
 
     async def local_names() -> list[ModelName]:

@@ -102,6 +102,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "DetokenizeRequest": _obj(("model", "tokens"), model=_NAME,
                               tokens={"type": "array", "items": {**_INT, "minimum": 0, "maximum": 2**31 - 1}},
                               keep_alive=_KEEP_ALIVE, options=_ref("Options")),
+    "RerankRequest": _obj(
+        ("model", "query", "documents"), model=_NAME, query=_STR,
+        documents={"type": "array", "minItems": 1, "items": {"oneOf": [_STR, _obj(("text",), text=_STR)]}},
+        top_n={**_INT, "minimum": 1}, return_documents={**_BOOL, "description": "default true"}, truncate=_BOOL,
+        keep_alive=_KEEP_ALIVE, options=_ref("Options")),
+    "OpenAIRerankRequest": _obj(
+        ("model", "query", "documents"), model=_NAME, query=_STR,
+        documents={"type": "array", "minItems": 1, "items": {"oneOf": [_STR, _obj(("text",), text=_STR)]}},
+        top_n={**_INT, "minimum": 1}, return_documents={**_BOOL, "description": "default false"}, truncate=_BOOL),
     "OpenAIChatRequest": _obj(
         ("model", "messages"), model=_NAME,
         messages={"type": "array", "minItems": 1, "items": _obj(
@@ -183,6 +192,8 @@ OPERATIONS: tuple[Operation, ...] = (
               "AnthropicCountTokensRequest"),
     Operation("post", "/api/tokenize", "Text to the model's token ids", "TokenizeRequest"),
     Operation("post", "/api/detokenize", "The model's token ids to text", "DetokenizeRequest"),
+    Operation("post", "/api/rerank", "Rerank documents by relevance to a query (reranker models)", "RerankRequest"),
+    Operation("post", "/v1/rerank", "Rerank, Cohere/Jina shape (reranker models)", "OpenAIRerankRequest"),
     Operation("get", "/metrics", "Prometheus metrics", text="text/plain"),
     Operation("get", "/openapi.json", "This document"),
 )

@@ -121,7 +121,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if template:
         await parse_off_loop(template)  # a template that does not parse is a 400, as in Ollama
         model = dataclasses.replace(model, template=template)
-    if "embedding" in model.capabilities and "completion" not in model.capabilities:
+    if "completion" not in model.capabilities:  # an embedding model or a reranker
         raise BadRequest(f'"{raw_name}" does not support generate')
     if images and "vision" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support vision')

@@ -76,6 +76,9 @@ def file_type_name(file_type: int | None) -> str:
     return _FILE_TYPE_NAMES.get(file_type, "unknown")
 
 
+POOLING_RANK = 4  # llama.h's LLAMA_POOLING_TYPE_RANK: a classification head scores (query, document) pairs
+
+
 @dataclass(frozen=True, slots=True)
 class GGUFInfo:
     kv: dict[str, object]
@@ -155,6 +158,17 @@ class GGUFInfo:
     def is_embedding(self) -> bool:
         """An embedding model: a pooling type is set, or attention is not causal (bert, nomic-bert)."""
         return self._arch("pooling_type") is not None or self._arch("attention.causal") is False
+
+    @property
+    def is_reranker(self) -> bool:
+        """A reranker (cross-encoder), by the signals llama.cpp's converter leaves: pooling type RANK (4; Qwen3
+        rerankers, sentence-transformers cross-encoders), a `rerank` prompt template (tokenizer.chat_template.rerank,
+        which llama-server fills with the query and document), or a classification head (`cls.output.weight`:
+        bge-reranker and other XLM-RoBERTa/BERT ...ForSequenceClassification models, converted without a pooling
+        type and run with --reranking)."""
+        if self._arch("pooling_type") == POOLING_RANK or "tokenizer.chat_template.rerank" in self.kv:
+            return True
+        return any(name == "cls.output.weight" for name, _type, _shape in self.tensor_table)
 
     @property
     def has_vision(self) -> bool:

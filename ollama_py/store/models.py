@@ -90,9 +90,12 @@ class Model:
 
     @property
     def capabilities(self) -> list[str]:
-        """Ollama's capability names: completion or embedding, vision, tools, insert, thinking."""
+        """Ollama's capability names: completion or embedding, vision, tools, insert, thinking; and ours, rerank
+        (alone: a reranker's runner answers neither chat nor embeddings), by PARAMETER rerank or else the GGUF."""
         caps: list[str] = []
         info = self.info
+        if self.is_reranker:
+            return ["rerank"]
         caps.append("embedding" if info is not None and info.is_embedding else "completion")
         if self.projectors or (info is not None and info.has_vision):
             caps.append("vision")
@@ -107,6 +110,13 @@ class Model:
             # No Go template: llama-server renders the GGUF's own Jinja template, tools included.
             caps.append("tools")
         return caps
+
+    @property
+    def is_reranker(self) -> bool:
+        said = self.params.get("rerank")
+        if isinstance(said, bool):
+            return said
+        return self.info is not None and self.info.is_reranker
 
     @property
     def details(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@
     write_llama_gguf(path, ...)   a one-block llama-architecture model (a few KB of F16/F32 tensors) with
                                   the tensor names llama.cpp expects, so llama-quantize accepts it
     write_gguf(path, arch, kv, tensors)   anything else: any architecture's key/values, chosen tensors
+    write_qwen3_reranker_gguf(path)       a one-block Qwen3 reranker (random weights) llama-server scores
 """
 
 from __future__ import annotations
@@ -136,3 +137,84 @@ def nested_array(depth: int) -> bytes:
     for _ in range(depth - 1):
         value = u32(T_ARRAY) + u64(1) + value
     return value
+
+
+# -- a reranker the real llama-server loads and scores ----------------------------------------------------------
+
+RERANK_TEMPLATE = "<|im_start|>user\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+
+
+def _byte_tokens() -> list[str]:
+    """GPT-2's byte-to-unicode table: one token per byte, so any text tokenizes (byte-level BPE)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = [b for b in range(256) if b not in printable]
+    table = dict(zip(printable, printable, strict=True)) | {b: 256 + i for i, b in enumerate(extra)}
+    return [chr(table[b]) for b in range(256)]
+
+
+def write_qwen3_reranker_gguf(path: Path, *, seed: int = 0, n_ctx: int = 512, metadata: bool = True) -> Path:
+    """A one-block Qwen3 reranker laid out as llama.cpp's converter writes Qwen3-Reranker: pooling type RANK,
+    classifier labels yes/no, a `rerank` prompt template and the two-row `cls.output.weight` head, with random
+    F32 weights (llama-server's score is softmax(head)[yes], so in (0, 1)). A byte-level vocabulary (256 byte
+    tokens, one merge, three specials) makes any text tokenize. metadata=False leaves out the pooling type and the
+    template (the head and its labels stay): a reranker known only by its cls.output tensor, as bge-reranker's
+    GGUFs are."""
+    n_embd, n_ff, heads, kv_heads, head_dim = 64, 128, 4, 2, 16
+    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "qwen3")
+    writer.add_type("model")
+    writer.add_name("tiny-qwen3-reranker")
+    writer.add_file_type(0)
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(1e6)
+    writer.add_classifier_output_labels(["yes", "no"])  # the head's rows (llama.cpp's n_cls_out)
+    if metadata:
+        writer.add_pooling_type(gguf.PoolingType.RANK)
+        writer.add_chat_template([{"name": "rerank", "template": RERANK_TEMPLATE}])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3] * 3)
+    writer.add_token_merges(["a b"])  # llama.cpp refuses a BPE vocabulary without merges
+    writer.add_bos_token_id(257)
+    writer.add_eos_token_id(259)
+    writer.add_add_bos_token(False)
+    tensors = {
+        "token_embd.weight": w(len(tokens), n_embd),
+        "output_norm.weight": ones(n_embd),
+        "cls.output.weight": w(2, n_embd),
+        "blk.0.attn_norm.weight": ones(n_embd),
+        "blk.0.attn_q.weight": w(heads * head_dim, n_embd),
+        "blk.0.attn_k.weight": w(kv_heads * head_dim, n_embd),
+        "blk.0.attn_v.weight": w(kv_heads * head_dim, n_embd),
+        "blk.0.attn_output.weight": w(n_embd, heads * head_dim),
+        "blk.0.attn_q_norm.weight": ones(head_dim),
+        "blk.0.attn_k_norm.weight": ones(head_dim),
+        "blk.0.ffn_norm.weight": ones(n_embd),
+        "blk.0.ffn_gate.weight": w(n_ff, n_embd),
+        "blk.0.ffn_up.weight": w(n_ff, n_embd),
+        "blk.0.ffn_down.weight": w(n_embd, n_ff),
+    }
+    for name, data in tensors.items():
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
