@@ -10,11 +10,12 @@ GEMMA := $(MODELS_CACHE)/gemma-3-270m-q4_k_m.gguf
 PROMPT ?= Why is the sky blue?
 export OLLAMA_HOST ?= 127.0.0.1:11434
 
-.PHONY: install prereqs test-prereqs runners models run test test-unit bench bench-peers clean help
+.PHONY: install prereqs test-prereqs runners models run lint test test-unit test-integration bench bench-peers clean help
 
 help:
 	@echo "make run    build everything needed, start the server in the background, ask SmolLM2 a question"
-	@echo "make test   the whole test suite (unit + integration with the real llama-server and SmolLM2)"
+	@echo "make test   the whole test suite: lint, unit tests, then integration with the real llama-server and SmolLM2"
+	@echo "make lint   ruff and mypy (seconds; the first step of make test)"
 	@echo "make bench  benchmarks (results in bench/results/)"
 	@echo "make clean  remove the venv and built runners (the cache in $(CACHE) stays)"
 
@@ -31,7 +32,7 @@ test-prereqs:
 $(VENV)/.installed: pyproject.toml | prereqs
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test]'
+	@$(PY) -m pip install --quiet -e '.[test,lint]'
 	@touch $@
 
 # What llama.cpp's converter imports (torch, transformers, ...; pyproject's `convert` extra): only `create` from a
@@ -51,7 +52,22 @@ install: $(VENV)/.installed runners models
 run: install
 	@PY=$(PY) scripts/demo.sh "$(PROMPT)"
 
-test: test-prereqs install $(VENV)/.installed-convert
+# The cheap checks first, so a style, type or unit failure shows in seconds, before the long runner build:
+# lint -> unit tests (nothing built) -> runners, models and the system packages the rest start -> the rest.
+test:
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory test-unit
+	@$(MAKE) --no-print-directory test-integration
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+# What needs no runner, model or browser (the `unit` mark: tests/unit and tests/fakes less `integration`).
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -m unit $(PYTEST_ARGS)
+
+test-integration: test-prereqs install $(VENV)/.installed-convert
 	@PYTHON=$(PYTHON) scripts/fetch_models.sh --gemma
 	@# the CUDA build on a machine with nvcc but no GPU: its backend object compiles (cached after the first time)
 	@if command -v nvcc >/dev/null 2>&1; then scripts/build_runners.sh --check-cuda; fi
@@ -59,10 +75,7 @@ test: test-prereqs install $(VENV)/.installed-convert
 	OLLAMA_PY_TEST_RUNNERS_DIR=$(CURDIR)/runners \
 	OLLAMA_PY_TEST_QUANTIZE=$$(ls $(CURDIR)/runners/*/llama-quantize | head -1) \
 	OLLAMA_PY_TEST_MODEL=$(SMOLLM2) OLLAMA_PY_TEST_GEMMA=$(GEMMA) \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
-
-test-unit: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider -m "not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "not unit" $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/overhead.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2)

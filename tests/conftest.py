@@ -26,6 +26,15 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SERVER = ROOT / "tests" / "fakes" / "fake_llama_server.py"
+_UNIT_DIRS = (ROOT / "tests" / "unit", ROOT / "tests" / "fakes")  # what they hold needs nothing built
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `unit` what needs no built runner, model or browser: tests/unit and tests/fakes, less `integration`.
+    `make test` runs these first (`-m unit`), before it builds anything, and the rest after (`-m "not unit"`)."""
+    for item in items:
+        if any(item.path.is_relative_to(d) for d in _UNIT_DIRS) and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.unit)
 
 
 def free_port() -> int:
