@@ -55,9 +55,9 @@ class LoadReport:
     fraction: float = 0.0  # of `part`'s tensor bytes
 
     def bytes_done(self, sizes: Mapping[str, int]) -> tuple[int, int]:
-        """(completed, total) bytes, given each part's file size: the parts before the current one in full,
-        then the current one's fraction. Total is the sum of the sizes of the parts llama-server loads."""
-        total = sum(sizes.get(p, 0) for p in self.parts)
+        """(completed, total) bytes, given the size of each part's files (0 or absent: a part not loaded): the
+        parts before the current one in full, then the current one's fraction, out of all of them."""
+        total = sum(sizes.values())
         if self.stage == LoadStage.READY:
             return total, total
         if self.stage == LoadStage.STARTING or self.part not in self.parts:

@@ -26,6 +26,7 @@ from ollama_py.config import Settings
 from ollama_py.errors import OllamaError, ServerBusy
 from ollama_py.runner.argv import LaunchSpec
 from ollama_py.runner.client import LlamaClient, RunnerStalled
+from ollama_py.runner.load_progress import LoadReport
 from ollama_py.runner.process import RunnerProcess, RunnerState
 from ollama_py.scheduler import policy
 
@@ -105,8 +106,10 @@ class Scheduler:
     # -- public -------------------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def use(self, model: Any, options: dict[str, Any], keep_alive: float | None, *,
-                  embedding: bool = False) -> AsyncIterator[Loaded]:
-        """A ready runner for model with one of its slots held for the duration of the block."""
+                  embedding: bool = False,
+                  progress: Callable[[Loaded, LoadReport], None] | None = None) -> AsyncIterator[Loaded]:
+        """A ready runner for model with one of its slots held for the duration of the block. `progress` is
+        given the runner's load reports while this request waits for it to be ready (none when it already is)."""
         if self._closed:
             raise ServerBusy("server is shutting down")
         if self.pending >= self.settings.max_queue:
@@ -117,11 +120,15 @@ class Scheduler:
         slot = False
         try:
             loaded = await self._reserve(model, options, keep_alive, embedding)
+            relay = asyncio.ensure_future(_relay(loaded, progress)) if progress is not None else None
             try:
                 await loaded.runner.ensure_ready()
             except Exception:  # any failure to start: forget the runner, or every later request waits on it
                 await self._drop(loaded, "failed")
                 raise
+            finally:
+                if relay is not None:
+                    relay.cancel()
             if not loaded.client.base_url:
                 loaded.client.base_url = loaded.runner.base_url
                 self._emit("loaded", loaded)
@@ -150,28 +157,31 @@ class Scheduler:
                 await self._release(loaded)
 
     async def load(self, model: Any, options: dict[str, Any], keep_alive: float | None, *,
-                   embedding: bool = False) -> Loaded:
+                   embedding: bool = False, progress: Callable[[Loaded, LoadReport], None] | None = None) -> Loaded:
         """Load without generating (an empty prompt): the model stays for its keep-alive."""
-        async with self.use(model, options, keep_alive, embedding=embedding) as loaded:
+        async with self.use(model, options, keep_alive, embedding=embedding, progress=progress) as loaded:
             return loaded
 
-    async def unload(self, model: Any) -> bool:
-        """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded."""
+    async def unload(self, model: Any, *, wait: bool = False) -> bool:
+        """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded.
+        With `wait`, return once those runners have stopped (after their current requests)."""
         try:
             keys = {await self._key_of(model, False), await self._key_of(model, True)}
         except (OSError, OllamaError):  # weights gone from disk or unreadable: the runners on the same weights
             keys = {key for key, loaded in self.loaded.items() if _same_weights(loaded.model, model)}
-        found = False
+        targets: list[Loaded] = []
         async with self._changed:
             for key in keys:
                 loaded = self.loaded.get(key)
                 if loaded is None:
                     continue
-                found = True
+                targets.append(loaded)
                 loaded.session_duration = 0.0
                 if loaded.refcount == 0 and not loaded.unloading:
                     self._start_unload(loaded, "unloaded")
-        return found
+            if wait:  # those runners, not a new one a later request may start on the same weights
+                await self._changed.wait_for(lambda: all(self.loaded.get(t.key) is not t for t in targets))
+        return bool(targets)
 
     async def shutdown(self) -> None:
         """Stop every runner and wait for them (SIGTERM, grace, SIGKILL, reap)."""
@@ -342,6 +352,15 @@ class Scheduler:
                 listener(event, loaded)
             except Exception:  # a listener must not break scheduling
                 log.exception("scheduler listener failed")
+
+
+async def _relay(loaded: Loaded, progress: Callable[[Loaded, LoadReport], None]) -> None:
+    """Each load report of the runner to `progress` (a listener's failure must not fail the load)."""
+    async for report in loaded.runner.watch_load():
+        try:
+            progress(loaded, report)
+        except Exception:
+            log.exception("load progress listener failed")
 
 
 def _same_weights(a: Any, b: Any) -> bool:

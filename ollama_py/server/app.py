@@ -28,6 +28,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     the LiveConfig that scheduler plans with (else one reads settings.config_file)."""
     from ollama_py.server import (
         openapi,
+        routes_load,
         routes_models,
         routes_native,
         routes_openai,
@@ -57,6 +58,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     live.on_reload.append(lambda result: reloads.labels(result).inc())
     app.on_response_prepare.append(add_cors_headers)
     app.add_routes(routes_native.routes)
+    app.add_routes(routes_load.routes)
     app.add_routes(routes_models.routes)
     app.add_routes(routes_transfer.routes)
     app.add_routes(routes_openai.routes)

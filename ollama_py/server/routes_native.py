@@ -339,23 +339,26 @@ def _expires_at(loaded: Any) -> float:
     return time.time() + loaded.session_duration
 
 
+def ps_entry(loaded: Any) -> dict[str, Any]:
+    """One loaded model as /api/ps lists it (and /api/load ends with)."""
+    m = loaded.model
+    queued, active = queue_counts(loaded)
+    entry = {
+        "name": loaded.name, "model": loaded.name, "size": loaded.extra.get("actual_size", loaded.plan.size),
+        "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
+        "expires_at": rfc3339(_expires_at(loaded)),
+        "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram),
+        "context_length": loaded.plan.context_length,
+        "state": loaded.state, "queued": queued, "active": active,
+    }
+    if loaded.extra.get("devices"):  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...
+        entry["devices"] = loaded.extra["devices"]
+    return entry
+
+
 @routes.get("/api/ps")
 async def ps(request: web.Request) -> web.Response:
-    scheduler = request.app[SCHEDULER]
-    models = []
-    for loaded in scheduler.loaded.values():
-        m = loaded.model
-        queued, active = queue_counts(loaded)
-        models.append({
-            "name": loaded.name, "model": loaded.name, "size": loaded.extra.get("actual_size", loaded.plan.size),
-            "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
-            "expires_at": rfc3339(_expires_at(loaded)),
-            "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram),
-            "context_length": loaded.plan.context_length,
-            "state": loaded.state, "queued": queued, "active": active,
-        })
-        if loaded.extra.get("devices"):  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...
-            models[-1]["devices"] = loaded.extra["devices"]
+    models = [ps_entry(loaded) for loaded in request.app[SCHEDULER].loaded.values()]
     models.sort(key=lambda x: x["expires_at"], reverse=True)
     return web.json_response({"models": models})
 

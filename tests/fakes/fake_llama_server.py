@@ -7,6 +7,8 @@ following non-dash value). Shapes, field names, status codes and error texts fol
 
 Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_LOAD_SECONDS=F        /health answers 503 "Loading model" for F seconds, then 200 {"status":"ok"}
+  FAKE_LOAD_STEPS=N          load progress reports during those F seconds (default 4; see "router child" below)
+  FAKE_WARMUP_SECONDS=F      after the weights, "warming up the model" is logged and lasts F seconds (default 0)
   FAKE_LOAD_FAIL=MSG         after the load delay log MSG as an error, then llama-server's own "failed to load
                              model ... exiting due to model loading error" lines, and exit FAKE_EXIT_CODE (default 1)
   FAKE_CRASH_AFTER_TOKENS=N  die abruptly (os._exit) right after the N-th generated token of the process's life
@@ -23,6 +25,10 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_EMBEDDING_DIM=N       embedding width (default 16)
 With --reranking, /rerank (and /reranking, /v1/rerank, /v1/reranking) scores each document by the share of the
 query's words it contains (rerank_score), best first, in llama-server's Jina shape.
+As a llama-server router's child (LLAMA_SERVER_ROUTER_PORT set in its environment) it writes llama-server's
+`cmd_child_to_router:state:{"state":"loading","payload":{"stages":["text_model"],"current":"text_model",
+"value":F}}` lines to stdout while loading (0, N evenly spaced steps, 1), then `{"state":"ready",...}`; once
+ready it exits when its stdin ends (status 1) or says `cmd_router_to_child:exit` (status 0).
 As llama-server does, an API key from --api-key or LLAMA_API_KEY (comma-separated keys) is required on every
 route but /health and /v1/health: `Authorization: Bearer KEY` (or `X-Api-Key`), else 401 "Invalid API Key".
 
@@ -196,6 +202,8 @@ class Behaviour:
     compute_mib: float = 52.0
     device: str = "CPU"
     embedding_dim: int = 16
+    load_steps: int = 4
+    warmup_seconds: float = 0.0
 
     @classmethod
     def from_env(cls) -> Behaviour:
@@ -208,7 +216,8 @@ class Behaviour:
             log_file=os.environ.get("FAKE_LOG_FILE", ""),
             model_mib=_env_float("FAKE_MODEL_MIB", 98.0), kv_mib=_env_float("FAKE_KV_MIB", 45.0),
             compute_mib=_env_float("FAKE_COMPUTE_MIB", 52.0), device=os.environ.get("FAKE_DEVICE", "") or "CPU",
-            embedding_dim=_env_int("FAKE_EMBEDDING_DIM", 16),
+            embedding_dim=_env_int("FAKE_EMBEDDING_DIM", 16), load_steps=_env_int("FAKE_LOAD_STEPS", 4),
+            warmup_seconds=_env_float("FAKE_WARMUP_SECONDS", 0.0),
         )
 
 
@@ -1155,11 +1164,20 @@ async def serve(args: ServerArgs, behaviour: Behaviour) -> None:
                      f"llama_model_load: error loading model: llama_model_loader: failed to load model from "
                      f"{args.model}")
         _die(1)
-    await asyncio.sleep(behaviour.load_seconds)
+    child = bool(os.environ.get("LLAMA_SERVER_ROUTER_PORT"))
+    steps = max(behaviour.load_steps, 0) if child else 0
+    _to_router(child, "loading", {"stages": ["text_model"], "current": "text_model", "value": 0.0})
+    for i in range(1, steps + 1):
+        await asyncio.sleep(behaviour.load_seconds / (steps + 1))
+        _to_router(child, "loading", {"stages": ["text_model"], "current": "text_model", "value": i / (steps + 1)})
+    await asyncio.sleep(behaviour.load_seconds / (steps + 1))
     if behaviour.load_fail:
         _load_failed(args.model, behaviour.load_fail)
         _die(behaviour.exit_code)
+    _to_router(child, "loading", {"stages": ["text_model"], "current": "text_model", "value": 1.0})
     _load_details(state)
+    _log("cmn  common_init_: warming up the model with an empty run - please wait ... (--no-warmup to disable)")
+    await asyncio.sleep(behaviour.warmup_seconds)
     _log(f"cmn          init: llama threadpool init, n_threads = {args.threads if args.threads > 0 else 4}")
     _log(f"srv    load_model: initializing, n_slots = {state.n_parallel}, n_ctx_slot = {state.slots.slots[0].n_ctx}, "
          f"kv_unified = '{str(state.unified).lower()}'")
@@ -1168,7 +1186,29 @@ async def serve(args: ServerArgs, behaviour: Behaviour) -> None:
     state.ready = True
     _log("srv  llama_server: model loaded")
     _log(f"srv  llama_server: listening on http://{host}:{port}")
+    if child:
+        _to_router(child, "ready", {"id": args.alias or args.model, "object": "model"})
+        loop.add_reader(0, _router_command)
     await asyncio.Event().wait()
+
+
+def _to_router(child: bool, state: str, payload: dict[str, Any]) -> None:
+    """llama-server's report to the router that started it (stdout; a newline first, as it writes)."""
+    if child:
+        sys.stdout.write("\ncmd_child_to_router:state:" + json.dumps({"state": state, "payload": payload},
+                                                                      separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
+def _router_command() -> None:
+    """A ready child's stdin: the router's exit command stops it, its end (the router gone) too, with status 1."""
+    data = os.read(0, 4096)
+    if b"cmd_router_to_child:exit" in data:
+        _log("srv    operator(): exit command received, exiting...")
+        _terminate()
+    if not data:
+        _log("srv    operator(): EOF on stdin detected, forcing shutdown...")
+        _die(1)
 
 
 def main(argv: list[str] | None = None) -> None:
