@@ -158,6 +158,11 @@ _BOOL_TEXT = {
 }  # fmt: skip
 
 
+def option_range(name: str) -> tuple[float | None, float | None]:
+    """(low, high) an option's value must lie in, inclusive; None = open (openapi.json states them)."""
+    return _RANGES.get(name, (None, None))
+
+
 def validate_options(opts: object, *, per_request: bool = True) -> dict[str, Any]:
     """The API's `options` object checked and normalised: known names only, values of the option's type.
 

@@ -15,6 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py import __version__
+from ollama_py.api.options import option_range
+from ollama_py.store.quantize import SUPPORTED_TYPES
 
 routes = web.RouteTableDef()
 
@@ -40,25 +42,43 @@ MODEL_NAME_PATTERN = (rf"^(?:https?://)?(?:(?:[A-Za-z0-9_][A-Za-z0-9_.:-]{{0,349
 DIGEST_PATTERN = r"^sha256[:-][0-9a-fA-F]{64}$"
 _NAME = {"type": "string", "pattern": MODEL_NAME_PATTERN}
 _BOOL = {"type": "boolean"}
-_INT = {"type": "integer"}
+# Integers are int64, as Go's; a whole float such as 6.0 is one too (JSON Schema 2020-12), and the server takes it.
+_INT = {"type": "integer", "minimum": -(1 << 63), "maximum": (1 << 63) - 1}
 _NUM = {"type": "number"}
+_FLOAT32 = {"type": "number", "minimum": -3.4028234663852886e38, "maximum": 3.4028234663852886e38}
 _STRS = {"type": "array", "items": _STR}
 _STR_OR_STRS = {"oneOf": [_STR, _STRS]}
+_ANTHROPIC_TOOLS = {"type": "array", "items": _obj(("name",), name=_STR, description=_STR,
+                                                   input_schema={"type": "object"})}
 _GO_DURATION = r"^[+-]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+|[0-9]+)$"
 _KEEP_ALIVE = {"oneOf": [_NUM, {**_STR, "pattern": _GO_DURATION, "maxLength": 16}],
                "description": 'seconds, or a Go duration such as "5m"; negative = forever'}
 _FORMAT = {"oneOf": [{"const": "json"}, {"type": "object"}], "description": '"json" or a JSON schema'}
+# create's file names: relative paths (Go's fs.ValidPath: no empty, "." or ".." part) without "\\" or ":".
+_SEGMENT = r"(?:[^./\\:\x00][^/\\:\x00]*|\.[^./\\:\x00][^/\\:\x00]*|\.\.[^/\\:\x00]+)"
+_FILES = {"type": "object", "propertyNames": {"pattern": rf"^(?:{_SEGMENT}/)*{_SEGMENT}$"},
+          "additionalProperties": {**_STR, "pattern": DIGEST_PATTERN}}
+
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "num_keep": _INT, "seed": _INT, "num_predict": _INT, "top_k": _INT, "top_p": _FLOAT32, "min_p": _FLOAT32,
+    "typical_p": _FLOAT32, "repeat_last_n": _INT, "temperature": _FLOAT32, "repeat_penalty": _FLOAT32,
+    "presence_penalty": _FLOAT32, "frequency_penalty": _FLOAT32, "stop": _STR_OR_STRS, "num_ctx": _INT,
+    "num_batch": _INT, "num_gpu": _INT, "main_gpu": _INT, "use_mmap": _BOOL, "num_thread": _INT,
+    "draft_num_predict": _INT, "draft_ngram": _BOOL,
+}
+
+
+def _option(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """An option's schema with the range the server holds it to (api/options.py)."""
+    low, high = option_range(name)
+    return {**schema, **({} if low is None else {"minimum": low}), **({} if high is None else {"maximum": high})}
+
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": _obj(("error",), error=_STR),
     # A null option is skipped (as Ollama's Options.FromMap skips it), so every option may be null.
-    "Options": {**_obj(**{name: {"oneOf": [schema, {"type": "null"}]} for name, schema in {
-        "num_keep": _INT, "seed": _INT, "num_predict": {**_INT, "minimum": -2}, "top_k": _INT, "top_p": _NUM,
-        "min_p": _NUM, "typical_p": _NUM, "repeat_last_n": _INT, "temperature": _NUM, "repeat_penalty": _NUM,
-        "presence_penalty": _NUM, "frequency_penalty": _NUM, "stop": _STR_OR_STRS,
-        "num_ctx": {**_INT, "minimum": 0}, "num_batch": {**_INT, "minimum": 1}, "num_gpu": _INT, "main_gpu": _INT,
-        "use_mmap": _BOOL, "num_thread": {**_INT, "minimum": 0},
-        "draft_num_predict": {**_INT, "minimum": 0, "maximum": 64}, "draft_ngram": _BOOL}.items()})},
+    "Options": {"type": "object", "properties": {name: {"oneOf": [_option(name, schema), {"type": "null"}]}
+                                                 for name, schema in _OPTIONS.items()}},
     "ToolCall": _obj(("function",), id=_STR, function=_obj(("name",), index=_INT, name=_STR,
                                                                arguments={"type": "object"})),
     "Message": _obj(("role",), role={"enum": ["system", "user", "assistant", "tool"]}, content=_STR,
@@ -88,16 +108,19 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "ShowRequest": _obj(("model",), model=_NAME, verbose=_BOOL, system=_STR, template=_STR,
                         options=_ref("Options")),
     "CopyRequest": _obj(("source", "destination"), source=_NAME, destination=_NAME),
-    "CreateRequest": _obj(
-        ("model",), model=_NAME, **{"from": _STR},
-        files={"type": "object", "additionalProperties": {**_STR, "pattern": DIGEST_PATTERN}},
-        adapters={"type": "object", "additionalProperties": {**_STR, "pattern": DIGEST_PATTERN}},
+    # Ollama's 400 "neither 'from' or 'files' was specified" unless one of them names something.
+    "CreateRequest": {**_obj(
+        ("model",), model=_NAME,
+        **{"from": {**_NAME, "description": "a stored model (a local client may give an absolute path on the "
+                                            "server instead)"}},
+        files={**_FILES, "minProperties": 1}, adapters=_FILES,
         draft_files={"type": "object", "additionalProperties": {**_STR, "pattern": DIGEST_PATTERN},
                      "maxProperties": 1, "description": "the speculative-decoding draft model (Modelfile DRAFT)"},
         draft={**_STR, "description": "a stored model whose weights draft for this one"},
         template=_STR, system=_STR, license=_STR_OR_STRS, parameters={"type": "object"},
-        messages={"type": "array", "items": _ref("Message")}, quantize=_STR, stream=_BOOL,
-    ),
+        messages={"type": "array", "items": _ref("Message")}, stream=_BOOL,
+        quantize={"enum": [*SUPPORTED_TYPES, *(t.lower() for t in SUPPORTED_TYPES)], "description": "any case"},
+    ), "anyOf": [{"required": ["from"]}, {"required": ["files"]}]},
     "TransferRequest": _obj(("model",), model=_NAME, insecure=_BOOL, stream=_BOOL),
     "TokenizeRequest": _obj(("model",), model=_NAME, text=_STR, content={**_STR, "description": "alias of text"},
                             keep_alive=_KEEP_ALIVE, options=_ref("Options")),
@@ -120,7 +143,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             content={"oneOf": [_STR, {"type": "array"}]}, name=_STR, tool_call_id=_STR)},
         stream=_BOOL, stream_options=_obj(include_usage=_BOOL), max_tokens=_INT, max_completion_tokens=_INT,
         temperature=_NUM, top_p=_NUM, seed=_INT, stop=_STR_OR_STRS, frequency_penalty=_NUM,
-        presence_penalty=_NUM, response_format={"type": "object"}, tools={"type": "array"}, logprobs=_BOOL,
+        presence_penalty=_NUM, response_format={"type": "object"},
+        tools={"type": "array", "items": _obj(("type", "function"), type={"const": "function"}, function=_obj(
+            ("name",), name=_STR, description=_STR, parameters={"type": "object"}))}, logprobs=_BOOL,
         top_logprobs={**_INT, "minimum": 0, "maximum": 20}, reasoning_effort=_STR,
     ),
     "OpenAICompletionRequest": _obj(
@@ -129,14 +154,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         stop=_STR_OR_STRS, frequency_penalty=_NUM, presence_penalty=_NUM,
         logprobs={**_INT, "minimum": 0, "maximum": 20},
     ),
-    "OpenAIEmbeddingRequest": _obj(("model", "input"), model=_NAME, input=_STR_OR_STRS,
+    "OpenAIEmbeddingRequest": _obj(("model", "input"), model=_NAME,
+                                   input={"oneOf": [_STR, {**_STRS, "minItems": 1}]},  # []: 400 invalid input
                                    encoding_format={"enum": ["float", "base64"]},
                                    dimensions={**_INT, "minimum": 1}),
     "OpenAIResponsesRequest": _obj(
         ("model", "input"), model=_NAME,
         input={"oneOf": [{**_STR, "minLength": 1}, {"type": "array", "minItems": 1, "items": {"type": "object"}}]},
         instructions=_STR, stream=_BOOL, temperature=_NUM, top_p=_NUM, max_output_tokens=_INT,
-        tools={"type": "array"}, reasoning={"type": "object"}, text={"type": "object"},
+        tools={"type": "array", "items": _obj(("type", "name"), type={"const": "function"}, name=_STR,
+                                              description=_STR, parameters={"type": "object"})},
+        reasoning={"type": "object"}, text={"type": "object"},
     ),
     "AnthropicMessagesRequest": _obj(
         ("model", "max_tokens", "messages"), model=_NAME, max_tokens={**_INT, "minimum": 1},
@@ -144,13 +172,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                                                                 role={"enum": ["user", "assistant"]},
                                                                 content={"oneOf": [_STR, {"type": "array"}]})},
         system={"oneOf": [_STR, {"type": "array"}]}, stream=_BOOL, temperature=_NUM, top_p=_NUM, top_k=_INT,
-        stop_sequences=_STRS, tools={"type": "array"}, thinking={"type": "object"},
+        stop_sequences=_STRS, tools=_ANTHROPIC_TOOLS, thinking={"type": "object"},
     ),
     "AnthropicCountTokensRequest": _obj(
         ("model", "messages"), model=_NAME,
-        messages={"type": "array", "items": _obj(("role", "content"), role={"enum": ["user", "assistant"]},
-                                                 content={"oneOf": [_STR, {"type": "array"}]})},
-        system={"oneOf": [_STR, {"type": "array"}]}, tools={"type": "array"}, thinking={"type": "object"},
+        messages={"type": "array", "minItems": 1, "items": _obj(("role", "content"),
+                                                                role={"enum": ["user", "assistant"]},
+                                                                content={"oneOf": [_STR, {"type": "array"}]})},
+        system={"oneOf": [_STR, {"type": "array"}]}, tools=_ANTHROPIC_TOOLS, thinking={"type": "object"},
     ),
 }
 

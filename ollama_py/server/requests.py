@@ -14,6 +14,8 @@ from ollama_py.api.names import ModelName, parse_name
 from ollama_py.errors import BadRequest
 
 _TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+MAX_TOKEN_ID = 2**31 - 1
 
 
 _LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -103,11 +105,21 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
 
 
 def field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
-    """body[key] checked against kind (None/absent gives default). bool is never accepted as int."""
+    """body[key] checked against kind (None/absent gives default). bool is never accepted as int.
+
+    An int field takes a whole float (6.0, 1e16) as that integer, within int64. JSON Schema 2020-12 (the
+    dialect of our openapi.json) counts 6.0 as an integer and no schema can tell it from 6; Ollama's options
+    take one the same way (Options.FromMap), though Go's decoder refuses one for a top-level int field."""
     value = body.get(key)
     if value is None:
         return default
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    if int in kinds and float not in kinds and isinstance(value, float) and value.is_integer():
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise BadRequest(f'json: cannot unmarshal number {value!r} into field "{key}" of type integer')
+        value = int(value)
+    if int in kinds and isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value <= _INT64[1]:
+        raise BadRequest(f'json: cannot unmarshal number {value} into field "{key}" of type integer')
     ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
     if float in kinds and isinstance(value, int) and not isinstance(value, bool):
         ok = True
@@ -115,6 +127,17 @@ def field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default
         want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise BadRequest(f'json: cannot unmarshal {type(value).__name__} into field "{key}" of type {want}')
     return value
+
+
+def token_ids(body: dict[str, Any], key: str) -> list[int] | None:
+    """body[key] as token ids (integers from 0 to MAX_TOKEN_ID; a whole float is its integer, as in field)."""
+    value = field(body, key, list)
+    if value is None:
+        return None
+    ids = [int(t) if isinstance(t, float) and t.is_integer() else t for t in value]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID for t in ids):
+        raise BadRequest(f"{key} must be a list of token ids (integers from 0 to {MAX_TOKEN_ID})")
+    return ids
 
 
 def requested_model(body: dict[str, Any]) -> tuple[ModelName, str]:

@@ -18,7 +18,7 @@ from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
 from ollama_py.server.rendering import parse_off_loop
-from ollama_py.server.requests import check_images, field, read_json, requested_model
+from ollama_py.server.requests import check_images, field, read_json, requested_model, token_ids
 from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
 
 routes = web.RouteTableDef()
@@ -107,13 +107,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     prompt = field(body, "prompt", str, "")
     system = field(body, "system", str)
     template = field(body, "template", str)
-    context = field(body, "context", list)
+    context = token_ids(body, "context")
     raw = field(body, "raw", bool, False)
     suffix = field(body, "suffix", str)
     images = check_images(body.get("images"))
-    if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31
-                                       for t in context):
-        raise BadRequest("context must be a list of token ids (integers from 0 to 2147483647)")
     if raw and (template or system or context):
         raise BadRequest("raw mode does not support template, system, or context")
     ka = keep_alive(body)

@@ -25,12 +25,10 @@ from ollama_py.server import anthropic_translate as ant
 from ollama_py.server.completion import CompletionRequest, build_prompt, prompt_text
 from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.models import find_model, keep_alive, merged_options
-from ollama_py.server.requests import field, read_json, requested_model
+from ollama_py.server.requests import field, read_json, requested_model, token_ids
 from ollama_py.server.routes_native import chat_messages
 
 routes = web.RouteTableDef()
-
-_MAX_TOKEN_ID = 2**31
 
 
 def _load_ns(loaded: Any, waited_since: float) -> int:
@@ -72,9 +70,7 @@ async def tokenize(request: web.Request) -> web.Response:
 async def detokenize(request: web.Request) -> web.Response:
     started = time.perf_counter()
     body = await read_json(request)
-    tokens = field(body, "tokens", list, [])
-    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < _MAX_TOKEN_ID for t in tokens):
-        raise BadRequest("tokens must be a list of token ids (integers from 0 to 2147483647)")
+    tokens = token_ids(body, "tokens") or []
     model, raw_name, opts, ka = await _model_for(request, body)
     embedding = "completion" not in model.capabilities
     async with request.app[SCHEDULER].use(model, opts, ka, embedding=embedding) as loaded:

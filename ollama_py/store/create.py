@@ -253,8 +253,8 @@ def _is_relative_path(path: str) -> bool:
 def _blob_info(store: ModelStore, digest: str) -> GGUFInfo:
     try:
         return store.blob_info(digest)
-    except NotFound:
-        raise BadRequest(f"blob {canonical_digest(digest)} not found") from None
+    except NotFound:  # 404, as HEAD /api/blobs/<digest> says (Ollama: a 500 with the open error)
+        raise NotFound(f"blob {canonical_digest(digest)} not found") from None
     except BadRequest as e:
         raise _not_gguf(e) from None
 

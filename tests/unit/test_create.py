@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ollama_py.api.names import parse_name
-from ollama_py.errors import BadRequest, InvalidModelName, InvalidOption, ModelNotFound, OllamaError
+from ollama_py.errors import BadRequest, InvalidModelName, InvalidOption, ModelNotFound, NotFound, OllamaError
 from ollama_py.store.create import create_model
 from ollama_py.store.gguf_meta import read_gguf_info
 from ollama_py.store.manifests import Manifest
@@ -157,7 +157,7 @@ ERRORS = {
     "nothing": ({}, BadRequest, "neither 'from' or 'files' was specified"),
     "empty files": ({"files": {}}, BadRequest, "neither 'from' or 'files' was specified"),
     "bad digest": ({"files": {"m.gguf": "sha256:123"}}, BadRequest, "invalid digest format"),
-    "missing blob": ({"files": {"m.gguf": "sha256:" + "0" * 64}}, BadRequest, f"blob sha256:{'0' * 64} not found"),
+    "missing blob": ({"files": {"m.gguf": "sha256:" + "0" * 64}}, NotFound, f"blob sha256:{'0' * 64} not found"),
     "absolute file": ({"files": {"/etc/m.gguf": "WEIGHTS"}}, BadRequest, "file path must be relative"),
     "dotdot file": ({"files": {"../m.gguf": "WEIGHTS"}}, BadRequest, "file path must be relative"),
     "not gguf": ({"files": {"notes.txt": "TEXT"}}, BadRequest, "supplied file was not in GGUF format"),

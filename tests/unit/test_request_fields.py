@@ -1,0 +1,97 @@
+"""What openapi.json admits, the server takes (schemathesis' positive_data_acceptance): whole floats for integer
+fields, token ids, a null option; and what it refuses, it refuses as Ollama does (create with neither `from`
+nor `files`, an empty OpenAI embeddings `input`, a missing blob)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from ollama_py.api.options import validate_options
+from ollama_py.errors import BadRequest
+from ollama_py.server.requests import field, token_ids
+
+INT_FIELDS = {
+    "int": (7, 7),
+    "whole float": (6.0, 6),
+    "1e16": (1e16, 10**16),
+    "int64 max": (2**63 - 1, 2**63 - 1),
+}
+
+
+@pytest.mark.parametrize(("value", "expected"), INT_FIELDS.values(), ids=INT_FIELDS.keys())
+def test_an_int_field_takes_a_whole_float(value: Any, expected: int) -> None:
+    got = field({"n": value}, "n", int)
+    assert got == expected and type(got) is int
+
+
+REFUSED = {
+    "fraction": (6.5, 'json: cannot unmarshal float into field "n" of type integer'),
+    "past int64": (2**63, 'json: cannot unmarshal number 9223372036854775808 into field "n" of type integer'),
+    "float past int64": (1e300, 'json: cannot unmarshal number 1e+300 into field "n" of type integer'),
+    "bool": (True, 'json: cannot unmarshal bool into field "n" of type integer'),
+    "string": ("6", 'json: cannot unmarshal str into field "n" of type integer'),
+}
+
+
+@pytest.mark.parametrize(("value", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_an_int_field_refuses(value: Any, message: str) -> None:
+    with pytest.raises(BadRequest) as e:
+        field({"n": value}, "n", int)
+    assert str(e.value) == message
+
+
+def test_a_float_field_keeps_its_float() -> None:
+    assert field({"t": 6.0}, "t", float) == 6.0 and field({"t": 6}, "t", float) == 6
+
+
+def test_token_ids_take_whole_floats() -> None:
+    assert token_ids({"context": [1.0, 2, 2147483647]}, "context") == [1, 2, 2147483647]
+    assert token_ids({}, "context") is None
+
+
+@pytest.mark.parametrize("bad", [[1.5], [-1], [2**31], [True], ["1"]], ids=["fraction", "negative", "past int32",
+                                                                           "bool", "string"])
+def test_token_ids_refuse(bad: list[Any]) -> None:
+    with pytest.raises(BadRequest, match=r"^tokens must be a list of token ids \(integers from 0 to 2147483647\)$"):
+        token_ids({"tokens": bad}, "tokens")
+
+
+def test_a_null_num_thread_is_skipped_as_ollama_does() -> None:
+    # Options.FromMap: `if val == nil { continue }` before any type check
+    assert validate_options({"num_thread": None, "num_ctx": 1024.0}) == {"num_ctx": 1024}
+
+
+async def test_generate_takes_whole_floats_for_its_integers(fake_app, aiohttp_client) -> None:
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    r = await client.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False,
+                                                 "context": [1.0, 2.0], "options": {"num_predict": 2.0}})
+    assert r.status == 200, await r.text()
+
+
+async def test_create_with_neither_from_nor_files_is_ollamas_400(fake_app, aiohttp_client) -> None:
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    r = await client.post("/api/create", json={"model": "x", "stream": False})
+    assert r.status == 400
+    assert (await r.json())["error"] == "neither 'from' or 'files' was specified"
+
+
+async def test_create_naming_a_missing_blob_is_a_404(fake_app, aiohttp_client) -> None:
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    digest = "sha256:" + hashlib.sha256(b"never uploaded").hexdigest()
+    r = await client.post("/api/create", json={"model": "x", "files": {"m.gguf": digest}, "stream": False})
+    assert r.status == 404
+    assert (await r.json())["error"] == f"blob {digest} not found"
+
+
+async def test_openai_embeddings_with_an_empty_input_list_is_ollamas_400(fake_app, aiohttp_client) -> None:
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    r = await client.post("/v1/embeddings", json={"model": "tiny", "input": []})
+    assert r.status == 400
+    assert (await r.json())["error"]["message"] == "invalid input"
