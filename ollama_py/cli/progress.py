@@ -204,6 +204,11 @@ class Spinner:
             self._running = False
             self._status.stop()
 
+    def update(self, message: str) -> None:
+        """The text beside the spinner (from any thread: rich redraws it on its own)."""
+        if self._status is not None:
+            self._status.update(message)
+
     def __enter__(self) -> Spinner:
         return self.start()
 

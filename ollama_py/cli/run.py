@@ -113,6 +113,8 @@ def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: boo
             opts.prompt, opts.images, paths = extract_images(opts.prompt)
             for path in paths:
                 click.echo(f"Added image '{path}'", err=True)
+        if is_tty(sys.stderr):  # where the spinner shows, it says how the load goes before the answer starts
+            load_model(client, opts)
         generate(client, opts)
         return
     load_model(client, opts)

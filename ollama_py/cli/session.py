@@ -5,6 +5,7 @@ and pulling a model that is not there yet. Shared by the `run` command and the R
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -62,13 +63,62 @@ def show_or_pull(client: Client, model: str, *, insecure: bool = False) -> dict[
         return client.show(model)
 
 
+LOAD_TEXT_AFTER = 1.0  # seconds of a load before the spinner says what is happening
+
+
+def load_text(model: str, event: dict[str, Any]) -> str:
+    """What the spinner says about one /api/load line: "loading smollm2:135m 45 %", "warming up smollm2:135m"."""
+    status = event.get("status")
+    if status == "warming up":
+        return f"warming up {model}"
+    completed, total = event.get("completed"), event.get("total")
+    if status == "loading model" and isinstance(completed, int) and isinstance(total, int) and total > 0:
+        return f"loading {model} {min(completed * 100 // total, 100)} %"
+    return f"loading {model}"
+
+
+class LoadView:
+    """A spinner on stderr while a model loads; once the load has taken LOAD_TEXT_AFTER, it also says what is
+    happening (a quick load shows the bare spinner only, as Ollama's does)."""
+
+    def __init__(self, model: str, spinner: Spinner) -> None:
+        self.model, self.spinner = model, spinner
+        self.text = f"loading {model}"
+        self._shown = False
+        self._timer = threading.Timer(LOAD_TEXT_AFTER, self._show)
+        self._timer.daemon = True
+
+    def __enter__(self) -> LoadView:
+        self.spinner.start()
+        if self.spinner.enabled:
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        self.spinner.stop()
+
+    def handle(self, event: dict[str, Any]) -> None:
+        self.text = load_text(self.model, event)
+        if self._shown:
+            self.spinner.update(self.text)
+
+    def _show(self) -> None:
+        self._shown = True
+        self.spinner.update(self.text)
+
+
 def load_model(client: Client, opts: RunOptions, spinner: bool = True) -> None:
-    """Load the model with an empty chat (done_reason "load"), a spinner on stderr meanwhile."""
-    with Spinner(enabled=None if spinner else False):
-        stream = client.chat(opts.model, [], keep_alive=opts.keep_alive, think=opts.think)
+    """Load the model before the chat with /api/load, its progress on a spinner (LoadView). A server without
+    /api/load (Ollama's) gets Ollama's way: an empty chat (done_reason "load")."""
+    with LoadView(opts.model, Spinner(enabled=None if spinner else False)) as view:
         try:
-            for _ in stream:
-                pass
+            stream = client.load(opts.model, keep_alive=opts.keep_alive)
+        except NotFound:  # no such route (or no such model: the chat below says so in Ollama's words)
+            stream = client.chat(opts.model, [], keep_alive=opts.keep_alive, think=opts.think)
+        try:
+            for event in stream:
+                view.handle(event)
         finally:
             stream.close()
 

@@ -268,6 +268,14 @@ class Client:
         """GET /api/ps: {"models": [...]}."""
         return self._json("GET", "/api/ps")
 
+    def load(self, model: str, *, keep_alive: str | float | None = None, **fields: Any) -> Stream:
+        """POST /api/load (ollama-py's): {"status", "completed", "total"} lines, then the /api/ps entry."""
+        return self._stream("/api/load", _clean({"model": model, "keep_alive": keep_alive, **fields}))
+
+    def unload(self, model: str) -> dict[str, Any]:
+        """POST /api/unload (ollama-py's): {"model", "status"} once the model's runner has stopped."""
+        return self._json("POST", "/api/unload", {"model": model})
+
     def show(self, model: str, *, verbose: bool = False, **fields: Any) -> dict[str, Any]:
         """POST /api/show. `fields`: system, template, options."""
         return self._json("POST", "/api/show", _clean({"model": model, "verbose": verbose or None, **fields}))

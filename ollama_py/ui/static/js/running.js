@@ -1,5 +1,6 @@
-// The running view: what /api/ps shows (pushed by the live stream when it changes), unload and load buttons.
-import { request } from './api.js';
+// The running view: what /api/ps shows (pushed by the live stream when it changes), unload and load buttons
+// (/api/unload, and /api/load with its progress).
+import { ndjson, request } from './api.js';
 import { $, bytes, h, until } from './util.js';
 
 let last = [];
@@ -16,7 +17,7 @@ async function unload(name, button) {
   button.disabled = true;
   button.textContent = 'Unloading…';
   try {
-    await request('/api/generate', { method: 'POST', json: { model: name, keep_alive: 0 } });
+    await request('/api/unload', { method: 'POST', json: { model: name } }); // answers once it has stopped
   } catch (e) {
     $('#load-status').textContent = `unload failed: ${e.message}`;
   }
@@ -56,7 +57,13 @@ export function initRunning() {
     const keep_alive = /^-?\d+(\.\d+)?$/.test(raw) ? Number(raw) : (raw || undefined);
     $('#load-status').textContent = `loading ${model}…`;
     try {
-      await request('/api/generate', { method: 'POST', json: { model, keep_alive } });
+      // /api/load's lines: {status, completed, total} while it loads (bytes of the weights), then the entry.
+      for await (const ev of ndjson('/api/load', { model, keep_alive })) {
+        if (ev.status === 'success') break;
+        const share = ev.status === 'loading model' && ev.total
+          ? ` ${Math.floor((100 * ev.completed) / ev.total)} %` : '';
+        $('#load-status').textContent = `${ev.status} ${model}${share}…`;
+      }
       $('#load-status').textContent = `${model} loaded`;
     } catch (err) {
       $('#load-status').textContent = `load failed: ${err.message}`;
