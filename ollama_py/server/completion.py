@@ -11,20 +11,23 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
-from ollama_py.runner import sse
 from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
-from ollama_py.server.access_log import current_stats
+from ollama_py.server.access_log import RequestStats, current_stats
 from ollama_py.server.rendering import render_off_loop
 from ollama_py.server.truncation import TOO_LONG, Fitted, cut_tokens, droppable, log_truncation, room_to_generate
 from ollama_py.template.thinking import ThinkingParser, infer_tags
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
+
+if TYPE_CHECKING:
+    from ollama_py.server.streaming import Lane  # streaming imports Delta from here
+    from ollama_py.store.models import Model
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ _STOP_REASONS = {"eos": "stop", "word": "stop", "limit": "length", "none": "stop
 
 @dataclass(slots=True)
 class CompletionRequest:
-    model: Any  # store.models.Model
+    model: Model
     options: dict[str, Any]
     keep_alive: float | None = None
     prompt: str | None = None  # raw prompt (already templated)
@@ -62,7 +65,7 @@ class CompletionRequest:
     logprobs: int | None = None
     think: bool | str | None = None  # passed to the template; true or a level also splits off the thinking
     started: float = field(default_factory=time.perf_counter)
-    lane: Any = None  # server.streaming.Lane: where plain tokens' text may be written directly, once bound
+    lane: Lane | None = None  # the per-token fast path, for a streamed response (server/streaming.py)
     truncate: bool = True  # a prompt longer than the context is cut to fit (False: refused with a 400)
 
     @property
@@ -185,8 +188,10 @@ def _oai_message(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncIterator[Delta | Final]:
-    """Load (or reuse) the model's runner, stream its completion, end with Final."""
+async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncGenerator[Delta | Final, None]:
+    """Load (or reuse) the model's runner, stream its completion, end with Final. The steps: hold a slot of the
+    runner, build the prompt, stream the runner's events as Deltas (`_deltas`: plain, or split into thinking and
+    tool calls; plain tokens may take the lane), then the Final from what was collected."""
     t_wait = time.perf_counter()
     stats = current_stats()  # the request's record for the access log and /metrics
     stats.note_model(req.model)
@@ -194,137 +199,160 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncI
         load_ns = 0
         if loaded.requests_served == 0 and loaded.runner.load_duration:
             load_ns = int(min(loaded.runner.load_duration, time.perf_counter() - t_wait) * 1e9)
-        prompt = await build_prompt(req, loaded)
-        body = completion_body(req.options, req.format)
-        body["prompt"] = prompt
-        body["stream"] = True
-        if req.want_context:
-            body["return_tokens"] = True
-        if req.logprobs is not None:
-            body["n_probs"] = max(req.logprobs, 1)
-        text_parts: list[str | bytes] = []
-        thinking_parts: list[str] = []
-        tokens: list[int] = []
-        final_event: dict[str, Any] = {}
-        parser = None
-        if req.thinks:
-            opening, closing = infer_tags(req.model.template or "")
-            last = prompt_text(prompt)
-            parser = ThinkingParser(opening, closing, inside=last.rstrip().endswith(opening))
-        calls_parser = None
-        if req.tools:  # the tag comes from rendering the template (once per template, off the loop)
-            calls_parser = ToolCallParser(req.tools, await asyncio.to_thread(infer_tool_tag, req.model.template))
-        tool_calls: list[dict[str, Any]] = []
-        lane = req.lane if parser is None and calls_parser is None and req.logprobs is None else None
-        tap = sse.Tap() if lane is not None else None
-        want_context = req.want_context
-
-        def take_plain(event: dict[str, Any]) -> bool:
-            """(Runner stream callback, once diverted.) A plain token, written through the lane."""
-            if event.get("stop") or event.get("completion_probabilities"):
-                return False
-            content = event.get("content")
-            if content and not lane.write(content):
-                return False
-            if want_context and event.get("tokens"):
-                tokens.extend(event["tokens"])
-            if content:
-                text_parts.append(content)
-            return True
-
-        def take_unparsed(content: bytes, token_ids: bytes) -> bool:
-            """(Runner stream callback, once diverted.) A plain token as llama-server's bytes, nothing escaped:
-            written as they are, kept as bytes (decoded with the rest at the end)."""
-            if content and not put(content):
-                return False
-            if want_context and token_ids:
-                tokens.extend(map(int, token_ids.split(b",")))
-            if content:
-                text_parts.append(content)
-            return True
-
-        fitted: Fitted | None = None
-        while True:  # at most twice: a prompt too long for the context is fitted once, then sent again
-            try:
-                async for event in loaded.client.stream("/completion", body, tap):
-                    stats.first_output()
-                    stop = event.get("stop")
-                    if stop:
-                        final_event = event
-                    content = event.get("content", "")
-                    if req.want_context and event.get("tokens") and not stop:
-                        tokens.extend(event["tokens"])
-                    if parser is None and calls_parser is None:
-                        probs = None if stop else event.get("completion_probabilities")
-                        if content or probs:
-                            text_parts.append(content)
-                            yield Delta(content, event.get("tokens"), probs)
-                            # Resumed: the consumer has written that chunk, so the headers are out and the lane is
-                            # bound if it is usable. From here plain tokens go through it without waking us.
-                            if tap is not None and tap.stream is not None and lane.ready():
-                                put = lane.put  # bound with the headers: take_unparsed's writer from now on
-                                tap.stream.divert(take_plain, take_unparsed)
-                                tap = None
-                    else:
-                        thought = ""
-                        calls: list[dict[str, Any]] = []
-                        if parser is not None:
-                            thought, content = parser.add(content)
-                            if stop:
-                                more_thought, more_content = parser.finish()
-                                thought, content = thought + more_thought, content + more_content
-                        if calls_parser is not None:  # only what may still be a tool call waits
-                            content, calls = calls_parser.add(content)
-                            if stop:
-                                more_content, more_calls = calls_parser.finish()
-                                content, calls = content + more_content, calls + more_calls
-                            tool_calls += calls
-                        probs = None if stop else event.get("completion_probabilities")
-                        if thought or content or probs or calls:  # a tag's token still has its log-probability
-                            thinking_parts.append(thought)
-                            text_parts.append(content)
-                            yield Delta(content, event.get("tokens"), probs, thought, calls or None)
-                    if stop:
-                        break
-            except ContextExceeded as e:
-                if fitted is not None or text_parts or final_event:
-                    raise
-                fitted = await fit_prompt(req, loaded, prompt, e)
-                body["prompt"] = prompt = fitted.prompt
-                continue
-            except UpstreamLost as e:
-                raise await _runner_death(loaded, e) from None
-            break
-        timings = final_event.get("timings", {})
-        context = None
-        if req.want_context and isinstance(prompt, list) and not any(isinstance(p, str) for p in prompt):
-            context = [*prompt, *tokens]  # a prompt cut to fit, as token ids
-        elif req.want_context:
-            prompt_tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
-            context = [*(req.context or []), *prompt_tokens, *tokens]
-        text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in text_parts)
-        final = Final(
-            done_reason="stop" if tool_calls else _STOP_REASONS.get(final_event.get("stop_type", "eos"), "stop"),
-            # Native prompt_eval_count is what the runner evaluated (timings.prompt_n: the cached prefix is
-            # left out, so a follow-up turn shows its new tokens); usage for OpenAI/Anthropic is the whole
-            # prompt (tokens_evaluated), so a repeated request reports the same usage.
-            prompt_eval_count=int(timings.get("prompt_n", final_event.get("tokens_evaluated", 0)) or 0),
-            prompt_tokens=int(final_event.get("tokens_evaluated") or timings.get("prompt_n", 0) or 0),
-            prompt_eval_duration=int(float(timings.get("prompt_ms", 0)) * 1e6),
-            eval_count=int(timings.get("predicted_n", final_event.get("tokens_predicted", 0)) or 0),
-            eval_duration=int(float(timings.get("predicted_ms", 0)) * 1e6),
-            total_duration=int((time.perf_counter() - req.started) * 1e9),
-            load_duration=load_ns,
-            context=context,
-            text=text,
-            tool_calls=tool_calls or None,
-            cache_n=int(timings.get("cache_n", 0) or 0),
-            stop_word=(final_event.get("stopping_word") or None) if final_event.get("stop_type") == "word" else None,
-            thinking="".join(thinking_parts),
-            prompt_truncated=fitted.tokens_before - fitted.tokens_after if fitted is not None else 0,
-        )
+        out = _Collected(await build_prompt(req, loaded))
+        split = await _Split.for_request(req, out.prompt)
+        lane = req.lane if split is None and req.logprobs is None else None
+        async for delta in _deltas(loaded, req, out, split, lane, stats):
+            yield delta
+        final = await _final(req, loaded, out, load_ns)
         stats.finished(final)
         yield final
+
+
+@dataclass(slots=True)
+class _Collected:
+    """What one completion has produced so far, for its Final."""
+
+    prompt: str | list[Any] | dict[str, Any]  # as sent (a prompt cut to fit the context replaces it)
+    text: list[str | bytes] = field(default_factory=list)  # bytes: the lane's unescaped tokens, decoded at the end
+    thinking: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)  # the generated token ids (want_context)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    last_event: dict[str, Any] = field(default_factory=dict)  # the runner's stop event: timings, counts, reason
+    fitted: Fitted | None = None
+
+
+class _Split:
+    """The thinking and tool-call parsers of one completion: an event's text as (thought, content, calls)."""
+
+    def __init__(self, thinking: ThinkingParser | None, calls: ToolCallParser | None) -> None:
+        self.thinking, self.calls = thinking, calls
+
+    @classmethod
+    async def for_request(cls, req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> _Split | None:
+        """None for a plain completion (the text goes out as it comes)."""
+        thinking = None
+        if req.thinks:
+            opening, closing = infer_tags(req.model.template or "")
+            thinking = ThinkingParser(opening, closing, inside=prompt_text(prompt).rstrip().endswith(opening))
+        calls = None
+        if req.tools:  # the tag comes from rendering the template (once per template, off the loop)
+            calls = ToolCallParser(req.tools, await asyncio.to_thread(infer_tool_tag, req.model.template))
+        return None if thinking is None and calls is None else cls(thinking, calls)
+
+    def add(self, content: str, stop: bool) -> tuple[str, str, list[dict[str, Any]]]:
+        thought = ""
+        calls: list[dict[str, Any]] = []
+        if self.thinking is not None:
+            thought, content = self.thinking.add(content)
+            if stop:
+                more_thought, more_content = self.thinking.finish()
+                thought, content = thought + more_thought, content + more_content
+        if self.calls is not None:  # only what may still be a tool call waits
+            content, calls = self.calls.add(content)
+            if stop:
+                more_content, more_calls = self.calls.finish()
+                content, calls = content + more_content, calls + more_calls
+        return thought, content, calls
+
+
+def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> dict[str, Any]:
+    """llama-server's /completion request."""
+    body = completion_body(req.options, req.format)
+    body["prompt"] = prompt
+    body["stream"] = True
+    if req.want_context:
+        body["return_tokens"] = True
+    if req.logprobs is not None:
+        body["n_probs"] = max(req.logprobs, 1)
+    return body
+
+
+async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split: _Split | None,
+                  lane: Lane | None, stats: RequestStats) -> AsyncGenerator[Delta, None]:
+    """The runner's events as Deltas, up to its stop event (kept in `out`). A prompt too long for the context is
+    fitted once (fit_prompt) and sent again; a runner that dies under the request becomes its error."""
+    body = _runner_body(req, out.prompt)
+    while True:  # at most twice
+        try:
+            async for event in loaded.client.stream("/completion", body, lane.tap if lane is not None else None):
+                stats.first_output()
+                stop = bool(event.get("stop"))
+                if stop:
+                    out.last_event = event
+                if req.want_context and event.get("tokens") and not stop:
+                    out.tokens.extend(event["tokens"])
+                delta = _plain_delta(event, stop, out) if split is None else _split_delta(event, stop, out, split)
+                if delta is not None:
+                    yield delta
+                    if lane is not None:  # resumed: that chunk is written, the headers are out (Lane, step 4)
+                        lane.divert(out.text, out.tokens if req.want_context else None)
+                if stop:
+                    return
+        except ContextExceeded as e:
+            if out.fitted is not None or out.text or out.last_event:
+                raise
+            out.fitted = await fit_prompt(req, loaded, out.prompt, e)
+            body["prompt"] = out.prompt = out.fitted.prompt
+            continue
+        except UpstreamLost as e:
+            raise await _runner_death(loaded, e) from None
+        return
+
+
+def _plain_delta(event: dict[str, Any], stop: bool, out: _Collected) -> Delta | None:
+    content = event.get("content", "")
+    probs = None if stop else event.get("completion_probabilities")
+    if not content and not probs:
+        return None
+    out.text.append(content)
+    return Delta(content, event.get("tokens"), probs)
+
+
+def _split_delta(event: dict[str, Any], stop: bool, out: _Collected, split: _Split) -> Delta | None:
+    thought, content, calls = split.add(event.get("content", ""), stop)
+    out.tool_calls += calls
+    probs = None if stop else event.get("completion_probabilities")
+    if not (thought or content or probs or calls):  # a tag's token still has its log-probability
+        return None
+    out.thinking.append(thought)
+    out.text.append(content)
+    return Delta(content, event.get("tokens"), probs, thought, calls or None)
+
+
+async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_ns: int) -> Final:
+    """The Final: the runner's counts and timings, the whole text, and /api/generate's context if asked for."""
+    last = out.last_event
+    timings = last.get("timings", {})
+    prompt = out.prompt
+    context = None
+    if req.want_context and isinstance(prompt, list) and not any(isinstance(p, str) for p in prompt):
+        context = [*prompt, *out.tokens]  # a prompt cut to fit, as token ids
+    elif req.want_context:
+        prompt_tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
+        context = [*(req.context or []), *prompt_tokens, *out.tokens]
+    text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in out.text)
+    fitted = out.fitted
+    return Final(
+        done_reason="stop" if out.tool_calls else _STOP_REASONS.get(last.get("stop_type", "eos"), "stop"),
+        # Native prompt_eval_count is what the runner evaluated (timings.prompt_n: the cached prefix is
+        # left out, so a follow-up turn shows its new tokens); usage for OpenAI/Anthropic is the whole
+        # prompt (tokens_evaluated), so a repeated request reports the same usage.
+        prompt_eval_count=int(timings.get("prompt_n", last.get("tokens_evaluated", 0)) or 0),
+        prompt_tokens=int(last.get("tokens_evaluated") or timings.get("prompt_n", 0) or 0),
+        prompt_eval_duration=int(float(timings.get("prompt_ms", 0)) * 1e6),
+        eval_count=int(timings.get("predicted_n", last.get("tokens_predicted", 0)) or 0),
+        eval_duration=int(float(timings.get("predicted_ms", 0)) * 1e6),
+        total_duration=int((time.perf_counter() - req.started) * 1e9),
+        load_duration=load_ns,
+        context=context,
+        text=text,
+        tool_calls=out.tool_calls or None,
+        cache_n=int(timings.get("cache_n", 0) or 0),
+        stop_word=(last.get("stopping_word") or None) if last.get("stop_type") == "word" else None,
+        thinking="".join(out.thinking),
+        prompt_truncated=fitted.tokens_before - fitted.tokens_after if fitted is not None else 0,
+    )
 
 
 async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: Any, error: ContextExceeded) -> Fitted:

@@ -13,7 +13,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -71,7 +71,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         probs = oai.chat_logprobs([p for d in items[:-1] for p in d.probs or []], top) if top is not None else None
         return web.json_response(oai.chat_completion(meta, final, probs))
 
-    async def chunks() -> AsyncIterator[dict[str, Any]]:
+    async def chunks() -> AsyncGenerator[dict[str, Any], None]:
         async with contextlib.aclosing(events):
             async for ev in events:
                 if isinstance(ev, Delta):
@@ -146,7 +146,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         lp = oai.text_logprobs(probs, top, 0) if top is not None else None
         return web.json_response(oai.text_completion(meta, final.text, final, final.done_reason, lp))
 
-    async def chunks() -> AsyncIterator[dict[str, Any]]:
+    async def chunks() -> AsyncGenerator[dict[str, Any], None]:
         offset = 0
         async with contextlib.aclosing(events):
             async for ev in events:

@@ -8,17 +8,19 @@ closed, so a client that hangs up frees its runner slot at once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, ClassVar
 
 from aiohttp import web
 
 from ollama_py.errors import OllamaError
 from ollama_py.fastjson import dumps, json_string
+from ollama_py.runner.sse import Tap
 from ollama_py.server.completion import Delta
 from ollama_py.server.errors import describe, error_body
 
@@ -61,24 +63,48 @@ def escaped(text: str) -> bytes:
 
 
 class Lane:
-    """Token chunks written straight to the client's transport from the runner stream's callback.
+    """The per-token fast path of one streamed completion: plain tokens written to the client's transport from the
+    runner stream's protocol callback, with no task wake-up and no generator chain per token. This class owns it,
+    start to end; the steps, in the order they must happen:
 
-    Once the headers and the first chunk are out, completion.run_completion diverts the runner's plain token
-    events here (runner/sse.py `divert`): each token's text becomes the route's chunk in the protocol callback
-    that parsed it, with no task wake-up and no generator chain per token; a token whose text llama-server sent
-    with nothing escaped goes in as those bytes, without being decoded and encoded again. Chunked framing as
-    aiohttp writes it, so aiohttp writes the final chunk and the end of the body after it as usual. Bound only
-    to a chunked, uncompressed response; refuses a chunk (`put` returns False) while the client is gone or more
-    than _LANE_BUFFER bytes wait for it: the event then goes the ordinary way, whose write waits for the client.
+    1. the route makes a Lane with its chunk renderer (`render(text, created_at) -> bytes`) and gives it to both
+       the CompletionRequest and the writer (`ndjson` / `sse`);
+    2. run_completion, for a plain request (no thinking or tool-call parsing, no logprobs), streams the runner's
+       events with `lane.tap`, through which the lane reaches the runner/sse.py SSEStream once it is connected;
+    3. stream_response writes the first chunk the ordinary way, with the headers, then `bind`s the lane to the
+       response: only a chunked, uncompressed body, whose framing the lane writes as aiohttp would;
+    4. run_completion, resumed after each Delta it yielded (so that chunk is written), calls `divert`: once, if
+       bound and the client keeps up, the stream's later events go to the lane's sinks instead of the queue;
+    5. in the protocol callback, `_take_unparsed` gets a plain token as llama-server's own bytes (runner/sse.py
+       _PLAIN: one match, the event's fields in llama-server's order, nothing escaped) and writes them as they
+       are; any other event is parsed and offered to `_take_event`, which writes its text escaped;
+    6. the first event a sink declines (a stop, log-probabilities, a client gone or more than _LANE_BUFFER
+       behind) goes the ordinary way, and so does everything after it: the Final and the end of the body.
+    Bound before diverted (3 before 4), and diverted only once the consumer wrote a chunk: the client sees every
+    chunk in order. The text and token ids the sinks take are appended to run_completion's own lists (bytes for
+    unparsed text, decoded with the rest at the end), so the Final is the same whichever way a token went.
+
+    `unparsed` and `parsed` count the tokens each sink wrote; `Lane.totals` sums them over the process when the
+    response ends. The real-runner test asserts most tokens of a plain stream are `unparsed`: a llama-server
+    whose events no longer match _PLAIN would otherwise only be slower, silently.
     """
+
+    totals: ClassVar[collections.Counter[str]] = collections.Counter()
 
     def __init__(self, render: Callable[[str, str], bytes]) -> None:
         self._render = render
-        self._transport: Any = None
-        self.put: Callable[[bytes], bool] = lambda raw: False
+        self.tap = Tap()
+        self._transport: asyncio.Transport | None = None  # (uvloop's is no subclass: typed, never isinstance)
+        self.put: Callable[[bytes], bool] = _refuse  # a text's JSON string body (escaped, UTF-8) -> written?
+        self._diverted = False
+        self._text: list[str | bytes] = []
+        self._tokens: list[int] | None = None
+        self.unparsed = 0
+        self.parsed = 0
 
     def bind(self, request: web.Request, resp: web.StreamResponse) -> None:
-        if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression:
+        """Step 3: the headers and the first chunk are out; chunks may now be written directly."""
+        if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression and request.transport:
             self._transport = request.transport
             self.put = _putter(self._render, request.transport, request.writer)
 
@@ -89,6 +115,50 @@ class Lane:
     def write(self, text: str) -> bool:
         """The chunk for a text, if the client can take it now."""
         return self.put(escaped(text))
+
+    def divert(self, text: list[str | bytes], tokens: list[int] | None) -> None:
+        """Step 4: from the next event on, the stream's events go to the sinks (once; a no-op until bound and
+        connected, and after). `text` and `tokens` (None: not wanted) are where the completion collects them."""
+        stream = self.tap.stream
+        if self._diverted or stream is None or not self.ready():
+            return
+        self._diverted = True
+        self._text, self._tokens = text, tokens
+        stream.divert(self._take_event, self._take_unparsed)
+
+    def _take_unparsed(self, content: bytes, token_ids: bytes) -> bool:
+        """A plain token as llama-server's bytes, nothing in them escaped: written and kept as they are."""
+        if content:
+            if not self.put(content):
+                return False
+            self._text.append(content)
+            self.unparsed += 1
+        if self._tokens is not None and token_ids:
+            self._tokens.extend(map(int, token_ids.split(b",")))
+        return True
+
+    def _take_event(self, event: dict[str, Any]) -> bool:
+        """A parsed event: a plain token's text is written; anything else is declined."""
+        if event.get("stop") or event.get("completion_probabilities"):
+            return False
+        content = event.get("content")
+        if content:
+            if not self.write(content):
+                return False
+            self._text.append(content)
+            self.parsed += 1
+        if self._tokens is not None and event.get("tokens"):
+            self._tokens.extend(event["tokens"])
+        return True
+
+    def close(self) -> None:
+        """The response is over: this stream's counts join the process's."""
+        Lane.totals["unparsed"] += self.unparsed
+        Lane.totals["parsed"] += self.parsed
+
+
+def _refuse(raw: bytes) -> bool:
+    return False
 
 
 def _putter(render: Callable[[str, str], bytes], transport: Any, writer: Any) -> Callable[[bytes], bool]:
@@ -123,6 +193,18 @@ def _putter(render: Callable[[str, str], bytes], transport: Any, writer: Any) ->
     return put
 
 
+@contextlib.asynccontextmanager
+async def _closing(events: AsyncIterator[Any]) -> AsyncGenerator[AsyncIterator[Any], None]:
+    """contextlib.aclosing for any async iterator: an event source that is a generator (all of ours) is closed,
+    so a client that hangs up frees its runner slot at once."""
+    try:
+        yield events
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 async def _first(events: AsyncIterator[Any]) -> tuple[bool, Any]:
     try:
         return True, await events.__anext__()
@@ -142,7 +224,17 @@ async def stream_response(
 ) -> web.StreamResponse:
     """Write events as they come; the first is awaited before the headers go out. A lane is bound once they
     are: the event source may then write chunks through it itself."""
-    async with contextlib.aclosing(events):
+    try:
+        return await _write_stream(request, events, content_type, encode, encode_error, trailer, lane)
+    finally:
+        if lane is not None:
+            lane.close()
+
+
+async def _write_stream(request: web.Request, events: AsyncIterator[Any], content_type: str,
+                        encode: Callable[[Any], bytes], encode_error: Callable[[str], bytes], trailer: bytes,
+                        lane: Lane | None) -> web.StreamResponse:
+    async with _closing(events):
         has_first, first = await _first(events)
         resp = _StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache",
                                                     "X-Accel-Buffering": "no"})
@@ -234,7 +326,7 @@ async def content_blocks(events: AsyncIterator[Any], blocks: Any) -> AsyncIterat
     """Deltas and the Final of one completion as a block translator's events (Anthropic's MessageStream, the
     Responses API's ResponseStream: `thinking`, `text`, `finish`). Thoughts and text go out as they come (with
     tools, completion holds back only what may be a call); the calls are blocks of their own at the finish."""
-    async with contextlib.aclosing(events):
+    async with _closing(events):
         async for ev in events:
             if isinstance(ev, Delta):
                 for out in blocks.thinking(ev.thinking):
@@ -247,5 +339,6 @@ async def content_blocks(events: AsyncIterator[Any], blocks: Any) -> AsyncIterat
 
 
 async def collect(events: AsyncIterator[Any]) -> list[Any]:
-    async with contextlib.aclosing(events):
+    async with _closing(events):
         return [e async for e in events]
+

@@ -1,10 +1,11 @@
 """runner/sse.py against raw HTTP responses: the framings llama-server (cpp-httplib) may use, its error
-bodies, and connections that break."""
+bodies, and connections that break. Each test runs under asyncio's loop and under uvloop, which `serve` runs."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +16,19 @@ from ollama_py.runner.sse import RunnerStalled, Tap, UpstreamLost, post_stream, 
 EVENTS = [{"content": "Hel", "stop": False}, {"content": "lo", "stop": False},
           {"content": "", "stop": True, "timings": {"predicted_n": 2}}]
 SSE = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in EVENTS)
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "uvloop"])
+def event_loop_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The loop every asyncio.run here gets: the protocol's callbacks, pausing and aborting a transport are the
+    loop's own code, and production runs uvloop's."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        yield request.param
+    finally:
+        asyncio.set_event_loop_policy(None)
 
 
 async def respond(raw: bytes, *, close: bool = True, pause: float = 0.0) -> list[dict]:

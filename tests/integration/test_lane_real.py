@@ -1,0 +1,64 @@
+"""The per-token fast path (server/streaming.py Lane) with the real llama-server and SmolLM2: most tokens of a
+plain stream are written by the lane, and most of those unparsed (runner/sse.py _PLAIN). A llama.cpp upgrade that
+changed the token event's fields or their order would leave every answer right and only slower, which no other
+test would notice; this one fails instead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ollama_py.server.app import create_app
+from ollama_py.server.streaming import Lane
+from tests.conftest import create_tiny_model, make_settings, required_path
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "List twenty animals, one per line, with no other text."
+OPTIONS = {"temperature": 0, "num_predict": 64, "seed": 1}
+
+
+@pytest.fixture
+async def client(tmp_path: Path, aiohttp_client: Any) -> Any:
+    model = required_path("OLLAMA_PY_TEST_MODEL")
+    runners = required_path("OLLAMA_PY_TEST_RUNNERS_DIR")
+    settings = make_settings(tmp_path, runners_dir=runners)
+    create_tiny_model(settings, model, "smollm2:135m")
+    return await aiohttp_client(create_app(settings))
+
+
+def taken() -> tuple[int, int]:
+    return Lane.totals["unparsed"], Lane.totals["parsed"]
+
+
+async def test_most_tokens_of_a_native_stream_take_the_lane_unparsed(client: Any) -> None:
+    before = taken()
+    r = await client.post("/api/chat", json={"model": "smollm2:135m", "options": OPTIONS,
+                                             "messages": [{"role": "user", "content": PROMPT}]})
+    assert r.status == 200
+    lines = [json.loads(line) for line in (await r.text()).splitlines()]
+    final = lines[-1]
+    assert final["done"] is True and final["eval_count"] >= 32, final
+    unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
+    chunks = sum(1 for line in lines[:-1] if line["message"]["content"])
+    # Every text chunk but the first (written with the headers) and whatever a slow moment sent the ordinary way.
+    assert unparsed + parsed >= 0.8 * chunks, (unparsed, parsed, chunks)
+    assert unparsed >= 0.5 * chunks, f"only {unparsed} of {chunks} tokens matched runner/sse.py _PLAIN"
+
+
+async def test_most_tokens_of_an_openai_stream_take_the_lane(client: Any) -> None:
+    before = taken()
+    r = await client.post("/v1/chat/completions", json={
+        "model": "smollm2:135m", "stream": True, "temperature": 0, "max_tokens": 64, "seed": 1,
+        "messages": [{"role": "user", "content": PROMPT}]})
+    assert r.status == 200
+    events = [json.loads(line[6:]) for line in (await r.text()).splitlines()
+              if line.startswith("data: {")]
+    chunks = sum(1 for e in events if e["choices"] and e["choices"][0]["delta"].get("content"))
+    unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
+    assert chunks >= 32
+    assert unparsed + parsed >= 0.8 * chunks, (unparsed, parsed, chunks)
+    assert unparsed >= 0.5 * chunks, f"only {unparsed} of {chunks} tokens matched runner/sse.py _PLAIN"
