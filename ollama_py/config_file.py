@@ -14,6 +14,9 @@ the OLLAMA_* variables say. Grammar (TOML):
     options = { temperature = 0.2 }          default options (over the Modelfile's, under the request's)
     kv_cache_type = "q8_0"        ... and the other runner settings in MODEL_FIELDS -> llama-server flags
     extra_args = ["--top-nsigma", "1"]
+    [groups."small-box"]          models that may stay loaded together
+    members = ["qwen3*", "smollm2:135m"]     names or globs, matched as [models."..."] are
+    exclusive = true              loading a member first unloads (when idle) every model outside the group
 
 Precedence, per server setting: flag (`--set name=value`) > environment variable > file > default. A section
 for a glob applies first (in file order), an exact name's section last. Everything here is pure but `find_path`
@@ -342,6 +345,36 @@ class ModelTable:
         return [s for s in self.sections if s.preload]
 
 
+def matches(pattern: str, name: ModelName) -> bool:
+    """Whether a [models."..."] or group member pattern names this model: a glob or an exact name."""
+    return _glob_matches(pattern, name) if is_glob(pattern) else _same_name(pattern, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One [groups."name"] table."""
+
+    name: str
+    members: tuple[str, ...]  # model names or globs
+    exclusive: bool = False
+    line: int = field(default=0, compare=False)
+
+    def has(self, model: ModelName) -> bool:
+        return any(matches(member, model) for member in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTable:
+    """Every [groups."..."] table, in file order."""
+
+    groups: tuple[Group, ...] = ()
+
+    def may_stay(self, loading: ModelName, loaded: ModelName) -> bool:
+        """Whether `loaded` may stay loaded while `loading` is loaded: unless an exclusive group of `loading`
+        leaves it out (with `loading` in several exclusive groups, `loaded` must be in each of them)."""
+        return all(g.has(loaded) for g in self.groups if g.exclusive and g.has(loading))
+
+
 def _same_name(pattern: str, name: ModelName) -> bool:
     try:
         return parse_name(pattern).key() == name.key()
@@ -364,6 +397,7 @@ class ConfigFile:
     path: Path | None = None
     server: Mapping[str, tuple[Any, int]] = field(default_factory=dict)
     models: ModelTable = field(default_factory=ModelTable)
+    groups: GroupTable = field(default_factory=GroupTable)
 
 
 _DECODE_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
@@ -381,10 +415,10 @@ def parse_config(text: str, path: str = "config.toml") -> ConfigFile:
         raise ConfigError(path, 0, message) from None
     lines = KeyLines(text)
     for key in data:
-        if key not in ("server", "models"):
+        if key not in ("server", "models", "groups"):
             raise ConfigError(path, lines.find((key,)),
-                              f"unknown table '{key}': the file has [server] and [models.\"name\"]"
-                              f"{_suggest(key, ('server', 'models'))}")
+                              f"unknown table '{key}': the file has [server], [models.\"name\"] and "
+                              f"[groups.\"name\"]{_suggest(key, ('server', 'models', 'groups'))}")
     server_table = data.get("server", {})
     if not isinstance(server_table, dict):
         raise ConfigError(path, lines.find(("server",)), "'server' must be a table: [server]")
@@ -435,7 +469,49 @@ def parse_config(text: str, path: str = "config.toml") -> ConfigFile:
                                   else f"alias '{alias}' names the model itself")
             seen_aliases[key] = pattern
         sections.append(ModelSettings(pattern=pattern, line=header, key_lines=key_lines, **values))
-    return ConfigFile(Path(path), server, ModelTable(tuple(sections)))
+    return ConfigFile(Path(path), server, ModelTable(tuple(sections)), _parse_groups(data, lines, path))
+
+
+def _members(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError('must be a list of model names or globs (e.g. ["qwen3*", "smollm2:135m"])')
+    for member in value:
+        if not is_glob(member):
+            try:
+                parse_name(member)
+            except OllamaError:
+                raise ValueError(f"'{member}' is not a valid model name or glob") from None
+    return tuple(v.strip() for v in value)
+
+
+GROUP_PARSERS: dict[str, Callable[[object], Any]] = {"members": _members, "exclusive": _bool}
+
+
+def _parse_groups(data: Mapping[str, Any], lines: KeyLines, path: str) -> GroupTable:
+    """The [groups."name"] tables: members (required) and exclusive."""
+    table = data.get("groups", {})
+    if not isinstance(table, dict):
+        raise ConfigError(path, lines.find(("groups",)), "'groups' must be tables: [groups.\"name\"]")
+    groups = []
+    for name, group in table.items():
+        header = lines.find(("groups", name))
+        if not isinstance(group, dict):
+            raise ConfigError(path, header, f'groups."{name}" must be a table: [groups."{name}"]')
+        values: dict[str, Any] = {}
+        for key, raw in group.items():
+            line = lines.find(("groups", name, key)) or header
+            parser = GROUP_PARSERS.get(key)
+            if parser is None:
+                raise ConfigError(path, line, f"unknown setting '{key}' in [groups.\"{name}\"]"
+                                              f"{_suggest(key, GROUP_PARSERS)}")
+            try:
+                values[key] = parser(raw)
+            except ValueError as e:
+                raise ConfigError(path, line, f'groups."{name}".{key}{_reason(e)}') from None
+        if "members" not in values:
+            raise ConfigError(path, header, f'groups."{name}" needs members (model names or globs)')
+        groups.append(Group(name=name, line=header, **values))
+    return GroupTable(tuple(groups))
 
 
 def read_config(path: Path) -> ConfigFile:
@@ -679,4 +755,7 @@ def show(resolved: Resolved) -> str:
             if value in (None, (), {}, False):
                 continue
             out.append(f"{name} = {format_duration(value) if name in DURATIONS else format_value(value)}")
+    for group in resolved.config.groups.groups:
+        out += ["", f'[groups."{group.name}"]  # line {group.line}', f"members = {format_value(group.members)}",
+                f"exclusive = {format_value(group.exclusive)}"]
     return "\n".join(out) + "\n"

@@ -224,9 +224,11 @@ def runner_gpus(variant: str, binary: Path | None, env: dict[str, str]) -> list[
 
 
 def default_scheduler(settings: Settings,
-                      models: Callable[[Any], model_settings.ModelSettings] | None = None) -> Scheduler:
+                      models: Callable[[Any], model_settings.ModelSettings] | None = None,
+                      may_stay: Callable[[Any, Any], bool] = lambda loading, loaded: True) -> Scheduler:
     """The real scheduler. `models(model)` is a model's settings from the config file (its runner settings,
-    keep-alive): asked at every plan, so a reloaded file applies to the next load."""
+    keep-alive): asked at every plan, so a reloaded file applies to the next load; `may_stay` its exclusive
+    groups (Scheduler's seam)."""
     env = dict(os.environ)
     system = gpu_probe.probe_system_memory()
     built = variants.built_variants(settings.runners_dir)
@@ -283,6 +285,7 @@ def default_scheduler(settings: Settings,
         free_memory=free_memory,
         gpu_count=len(gpus),
         default_keep_alive=(lambda model: models(model).keep_alive) if models is not None else (lambda model: None),
+        may_stay=may_stay,
     )
     scheduler.listeners.append(record_actual_memory)
     scheduler.listeners.append(track_device_memory)  # after record_actual_memory: it reads what that one read

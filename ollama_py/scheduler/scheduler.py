@@ -7,7 +7,9 @@ model's slot (Ollama bounds only the load queue: its issue #7758).
 
 Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, or an awaitable of one), `runner_factory`
 (LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (plan -> bytes free where that plan puts the model:
-VRAM when it offloads to GPUs, else RAM; None skips the check).
+VRAM when it offloads to GPUs, else RAM; None skips the check) and `may_stay` (loading model, loaded model -> whether
+the loaded one may stay beside it: the config file's exclusive groups; one that may not is unloaded first, once it
+is idle, never mid-request).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Scheduler:
         gpu_count: int = 0,
         clock: Callable[[], float] = time.time,
         default_keep_alive: Callable[[Any], float | None] = lambda model: None,
+        may_stay: Callable[[Any, Any], bool] = lambda loading, loaded: True,
     ) -> None:
         self.settings = settings
         self._default_keep_alive = default_keep_alive  # a model's own default (the config file), else settings'
@@ -96,6 +99,7 @@ class Scheduler:
         self._runner_factory = runner_factory
         self._free_memory = free_memory
         self._clock = clock
+        self._may_stay = may_stay
         self.max_runners = policy.max_runners(settings.max_loaded_models, gpu_count)
         self.loaded: dict[str, Loaded] = {}
         self.pending = 0
@@ -224,6 +228,15 @@ class Scheduler:
                     await self._changed.wait()
                     continue
                 if loaded is not None:  # unloading: wait until it is gone
+                    await self._changed.wait()
+                    continue
+                outsiders = [entry for entry in self.loaded.values() if not self._may_stay(model, entry.model)]
+                if outsiders:  # an exclusive group: the others go first, each once it is idle
+                    for entry in outsiders:
+                        if entry.refcount == 0 and not entry.unloading:
+                            log.info("unloading %s: %s is loading in an exclusive group without it", entry.name,
+                                     getattr(getattr(model, "name", None), "short", model))
+                            self._start_unload(entry, "evicted")
                     await self._changed.wait()
                     continue
                 residents = [entry.resident() for entry in self.loaded.values() if not entry.unloading]

@@ -82,7 +82,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
         if sched is None:
             from ollama_py.scheduler.factory import default_scheduler
 
-            sched = await asyncio.to_thread(default_scheduler, settings, live.for_model)
+            sched = await asyncio.to_thread(default_scheduler, settings, live.for_model, live.may_stay)
         app[keys.SCHEDULER] = sched
         app[keys.METRICS].attach(sched)
         try:

@@ -74,6 +74,13 @@ class LiveConfig:
     def keep_alive(self, model: Any) -> float | None:
         return self.for_model(model).keep_alive
 
+    def may_stay(self, loading: Any, loaded: Any) -> bool:
+        """Whether a loaded model may stay loaded while `loading` loads (the file's exclusive groups, as now)."""
+        a, b = getattr(loading, "name", None), getattr(loaded, "name", None)
+        if not isinstance(a, ModelName) or not isinstance(b, ModelName):
+            return True
+        return self.config.groups.may_stay(a, b)
+
     def alias_target(self, name: ModelName) -> ModelName | None:
         return self.config.models.aliases().get(name.key())
 
@@ -190,6 +197,8 @@ def describe_changes(old: ConfigFile, new: ConfigFile) -> str:
             parts.append(f'[models."{pattern}"] removed')
         elif a != b:
             parts.append(f'[models."{pattern}"] changed')
+    if old.groups != new.groups:
+        parts.append("[groups] changed (applies to the next load)")
     return "; ".join(parts) or "no changes"
 
 
