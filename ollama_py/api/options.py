@@ -226,9 +226,8 @@ def _check_range(name: str, value: Any) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
             raise InvalidOption(f'option "{name}" must be a finite float32')
-    elif isinstance(value, int) and not isinstance(value, bool):
-        if not _INT64[0] <= value <= _INT64[1]:
-            raise InvalidOption(f'option "{name}" is out of range')
+    elif isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value <= _INT64[1]:
+        raise InvalidOption(f'option "{name}" is out of range')
     low, high = _RANGES.get(name, (None, None))
     if low is not None and high is not None and not low <= value <= high:
         raise InvalidOption(f'option "{name}" must be between {format_value(low)} and {format_value(high)}')

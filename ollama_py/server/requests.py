@@ -143,7 +143,7 @@ def token_ids(body: dict[str, Any], key: str) -> list[int] | None:
 def requested_model(body: dict[str, Any]) -> tuple[ModelName, str]:
     """The model a request names: parsed, and as the user wrote it (error texts quote it that way)."""
     name = model_name(body)
-    return name, body.get("model") or body.get("name")
+    return name, str(body.get("model") or body.get("name"))  # model_name checked that it is a string
 
 
 def model_name(body: dict[str, Any], key: str = "model") -> ModelName:

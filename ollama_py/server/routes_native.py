@@ -141,7 +141,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
             {"role": "user", "content": prompt}]
 
     def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> dict[str, Any]:
-        out = {"model": raw_name, "created_at": created_at or now_rfc3339(), "response": text}
+        out: dict[str, Any] = {"model": raw_name, "created_at": created_at or now_rfc3339(), "response": text}
         if thinking:
             out["thinking"] = thinking
         out["done"] = False
@@ -206,11 +206,10 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"messages[{i}].content must be a string")
         check_images(m.get("images"))
         calls = m.get("tool_calls")
-        if calls is not None:
-            if not isinstance(calls, list) or not all(
-                    isinstance(c, dict) and isinstance(c.get("function"), dict)
-                    and isinstance(c["function"].get("name"), str) for c in calls):
-                raise BadRequest(f"messages[{i}].tool_calls is invalid")
+        if calls is not None and (not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("function"), dict)
+                and isinstance(c["function"].get("name"), str) for c in calls)):
+            raise BadRequest(f"messages[{i}].tool_calls is invalid")
         out.append(m)
     return out
 

@@ -224,9 +224,9 @@ def read_gguf_info(path: Path) -> GGUFInfo:
 def check_bounds(info: GGUFInfo) -> None:
     """Refuse key/values that would make us build something huge from a small file (see the module doc)."""
     for key, value in info.kv.items():
-        if key.endswith("block_count") and isinstance(value, int) and not isinstance(value, bool):
-            if not 0 <= value <= _MAX_BLOCKS:
-                raise _invalid(f"{key} is {value} (at most {_MAX_BLOCKS})")
+        if (key.endswith("block_count") and isinstance(value, int) and not isinstance(value, bool)
+                and not 0 <= value <= _MAX_BLOCKS):
+            raise _invalid(f"{key} is {value} (at most {_MAX_BLOCKS})")
 
 
 class _Header:

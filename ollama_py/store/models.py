@@ -44,16 +44,12 @@ from ollama_py.store.manifests import (
     Manifest,
     ManifestStore,
 )
+from ollama_py.template.prompt import template_uses  # which variables a Go template really references
 
 log = logging.getLogger(__name__)
 
 _INFO_CACHE_SIZE = 16
 
-try:  # the template engine knows which variables a Go template really references
-    from ollama_py.template.prompt import template_uses as _template_uses
-except ImportError:  # not built yet: a text search finds {{ .Tools }}, {{ if .Suffix }}, {{ range .Tools }}
-    def _template_uses(template: str, name: str) -> bool:
-        return f".{name}" in template
 
 
 def rfc3339(ts: float) -> str:
@@ -100,11 +96,11 @@ class Model:
         if self.projectors or (info is not None and info.has_vision):
             caps.append("vision")
         if self.template is not None:
-            if _template_uses(self.template, "Tools"):
+            if template_uses(self.template, "Tools"):
                 caps.append("tools")
-            if _template_uses(self.template, "Suffix"):
+            if template_uses(self.template, "Suffix"):
                 caps.append("insert")
-            if _template_uses(self.template, "Thinking"):
+            if template_uses(self.template, "Thinking"):
                 caps.append("thinking")
         elif info is not None and info.chat_template and "tools" in info.chat_template:
             # No Go template: llama-server renders the GGUF's own Jinja template, tools included.
