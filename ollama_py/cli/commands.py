@@ -52,7 +52,8 @@ def is_running(client: Client, model: str) -> bool:
 @click.argument("model")
 @click.option("-f", "--file", "file", metavar="FILE", help='Name of the Modelfile (default "Modelfile")')
 @click.option("-q", "--quantize", metavar="TYPE", help="Quantize model to this level (e.g. q4_K_M)")
-def create(model: str, file: str | None, quantize: str | None) -> None:
+@click.option("--draft-quantize", metavar="TYPE", help="Quantize draft model to this level")
+def create(model: str, file: str | None, quantize: str | None, draft_quantize: str | None) -> None:
     """Create a model from a Modelfile."""
     try:
         parse_name(model)
@@ -71,7 +72,7 @@ def create(model: str, file: str | None, quantize: str | None) -> None:
     modelfile = parse_modelfile(text)
     client = connect()
     with ProgressView(status="gathering model components") as view:
-        plan = plan_create(modelfile, base_dir, Path.home(), quantize)
+        plan = plan_create(modelfile, base_dir, Path.home(), quantize, draft_quantize)
         create_model(client, model, plan, view)
 
 

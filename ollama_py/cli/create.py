@@ -71,7 +71,8 @@ def _looks_like_path(arg: str) -> bool:
     return arg.startswith(_PATH_HINTS) or arg.lower().endswith(_MODEL_SUFFIXES)
 
 
-def plan_create(mf: Modelfile, base_dir: Path, home: Path, quantize: str | None = None) -> CreatePlan:
+def plan_create(mf: Modelfile, base_dir: Path, home: Path, quantize: str | None = None,
+                draft_quantize: str | None = None) -> CreatePlan:
     """The /api/create request for a Modelfile, minus the digests of local files (see `upload`)."""
     plan = CreatePlan()
     for arg in mf.froms:
@@ -87,6 +88,8 @@ def plan_create(mf: Modelfile, base_dir: Path, home: Path, quantize: str | None 
         if not path.exists():
             raise OllamaError(f"ADAPTER {arg}: no such file or directory")
         plan.adapters += _model_files(path)
+    if draft_quantize and not mf.draft:
+        raise OllamaError("--draft-quantize requires a DRAFT model")
     if mf.draft:
         path = expand_path(mf.draft, base_dir, home)
         if path.exists() and any(path.resolve() == expand_path(arg, base_dir, home).resolve() for arg in mf.froms):
@@ -99,6 +102,7 @@ def plan_create(mf: Modelfile, base_dir: Path, home: Path, quantize: str | None 
         "template": mf.template, "system": mf.system, "parameters": mf.parameters or None,
         "messages": mf.messages or None, "license": mf.licenses or None, "requires": mf.requires,
         "renderer": mf.renderer, "parser": mf.parser, "quantize": quantize or None,
+        "draft_quantize": draft_quantize or None,
     }
     plan.fields.update({k: v for k, v in optional.items() if v is not None})
     return plan

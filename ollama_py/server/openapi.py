@@ -120,6 +120,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         template=_STR, system=_STR, license=_STR_OR_STRS, parameters={"type": "object"},
         messages={"type": "array", "items": _ref("Message")}, stream=_BOOL,
         quantize={"enum": [*SUPPORTED_TYPES, *(t.lower() for t in SUPPORTED_TYPES)], "description": "any case"},
+        draft_quantize={**_STR, "description": "quantize the DRAFT model's weights to this, as quantize does FROM's"},
     ), "anyOf": [{"required": ["from"]}, {"required": ["files"]}]},
     "TransferRequest": _obj(("model",), model=_NAME, insecure=_BOOL, stream=_BOOL),
     "TokenizeRequest": _obj(("model",), model=_NAME, text=_STR, content={**_STR, "description": "alias of text"},

@@ -8,6 +8,7 @@ plain status. The iterator it returns then does the work and yields Ollama's pro
 
     {"status": "parsing GGUF"}
     {"status": "quantizing F16 model to Q8_0", "digest": "0000000000000000000", "total": N, "completed": M}
+    {"status": "quantizing F16 draft model to Q8_0", ...}   with draft_quantize: the DRAFT layer's weights
     {"status": "verifying conversion"}
     {"status": "using existing layer sha256:…"} / {"status": "creating new layer sha256:…"}   per layer
     {"status": "writing manifest"}
@@ -104,13 +105,14 @@ class _Plan:
     messages: list[dict[str, Any]] | None
     licenses: list[str]
     extra_config: dict[str, Any] = field(default_factory=dict)
+    draft_quantize: str | None = None  # the DRAFT's weights quantized to this (Ollama's draft_quantize)
 
 
 def create_model(store: ModelStore, name: ModelName, req: dict, *, quantizer: Quantizer | None = None,
                  local_client: bool = True, prune: bool = True, converter: Converter | None = None) -> Iterator[dict]:
     """Check `req` (raising before anything is written), then return the iterator that creates the model."""
     plan = _plan(store, name, req, local_client, converter)
-    if plan.quantize is not None and quantizer is None:
+    if (plan.quantize is not None or plan.draft_quantize is not None) and quantizer is None:
         raise BadRequest("quantization is not available: llama-quantize was not found")
     return _execute(store, plan, quantizer, prune)
 
@@ -202,6 +204,14 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
         check_adapter_base(models[0].info)  # a safetensors adapter on a GGUF base
     if quantize is not None and models[0].convert is None and models[0].info.file_type not in _QUANTIZABLE:
         raise BadRequest("quantization is only supported for F16, BF16 and F32 models")
+    draft_qtype = _opt_str(req, "draft_quantize")
+    draft_quantize = normalize_qtype(draft_qtype) if draft_qtype else None
+    if draft_quantize is not None:
+        draft = next((w for w in weights if w.media_type == MEDIA_DRAFT), None)
+        if draft is None:  # Ollama's words (its CLI flag's name, from the API too)
+            raise BadRequest("--draft-quantize requires a DRAFT model")
+        if draft.info.file_type not in _QUANTIZABLE and file_type_name(draft.info.file_type) != draft_quantize:
+            raise BadRequest("draft quantization is only supported for F16, BF16 and F32 draft models")
 
     extra_config = {key: req[key] for key in ("renderer", "parser", "requires") if isinstance(req.get(key), str)
                     and req[key]}
@@ -215,7 +225,7 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
         name=name, weights=weights, kept=kept, base_config=base_config, base_params=base_params,
         quantize=quantize, template=template, system=_opt_str(req, "system") or None,
         params=_parameters(req.get("parameters")), messages=_messages(req.get("messages")),
-        licenses=_licenses(req.get("license")), extra_config=extra_config,
+        licenses=_licenses(req.get("license")), extra_config=extra_config, draft_quantize=draft_quantize,
     )
 
 
@@ -410,14 +420,15 @@ def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune:
 
     for w in plan.weights:
         assert w.digest is not None
-        if w.media_type == MEDIA_MODEL and plan.quantize is not None:
-            want = plan.quantize
+        want = {MEDIA_MODEL: plan.quantize, MEDIA_DRAFT: plan.draft_quantize}.get(w.media_type)
+        if want is not None:
             have = file_type_name(w.info.file_type)
             if have != want:
                 assert quantizer is not None
                 src = store.blobs.path(w.digest)
+                what = "draft model" if w.media_type == MEDIA_DRAFT else "model"
                 out = yield from _run_quantizer(quantizer, src, store.blobs.dir, want,
-                                                f"quantizing {have} model to {want}", src.stat().st_size)
+                                                f"quantizing {have} {what} to {want}", src.stat().st_size)
                 yield {"status": "verifying conversion"}
                 existed_before = _exists_file_blob(store, out)
                 w.digest, _size = store.blobs.move_in(out)

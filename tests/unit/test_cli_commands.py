@@ -318,3 +318,21 @@ def test_progress_view_on_a_terminal_keeps_each_status_line() -> None:
     assert lines[0] == "pulling manifest"
     assert lines[1].startswith("pulling d4c0a6a1e2b3: 100% ▕███") and lines[1].endswith("▏  98 MB")
     assert lines[2:5] == ["verifying sha256 digest", "writing manifest", "success"]
+
+
+def test_create_draft_quantize_sends_draft_quantize(fake: FakeOllama, tmp_path: Path, gguf_dir: Path) -> None:
+    (gguf_dir / "draft.gguf").write_bytes(b"GGUF" + b"\x02" * 3000)
+    (gguf_dir / "Modelfile").write_text("FROM ./weights.gguf\nDRAFT ./draft.gguf\n")
+    fake.on("POST", "/api/create", [{"status": "success"}])
+    result = invoke(fake, ["create", "spec", "-f", str(gguf_dir / "Modelfile"), "--draft-quantize", "q8_0"],
+                    tmp_path)
+    assert result.exit_code == 0, result.stderr
+    body = fake.bodies("POST", "/api/create")[0]
+    assert body["draft_quantize"] == "q8_0" and "quantize" not in body and list(body["draft_files"]) == ["draft.gguf"]
+
+
+def test_create_draft_quantize_without_a_draft_says_so(fake: FakeOllama, tmp_path: Path, gguf_dir: Path) -> None:
+    result = invoke(fake, ["create", "x", "-f", str(gguf_dir / "Modelfile"), "--draft-quantize", "q8_0"], tmp_path)
+    assert result.exit_code == 1
+    assert result.stderr.endswith("Error: --draft-quantize requires a DRAFT model\n")
+    assert fake.bodies("POST", "/api/create") == []

@@ -391,3 +391,47 @@ def test_create_closed_mid_quantize_stops_and_cleans_up(store: ModelStore, f16: 
     it.close()
     assert store.manifests.resolve(parse_name("q")) is None
     assert not list(store.blobs.dir.glob("sha256-tmp-*"))
+
+
+# -- draft_quantize (create --draft-quantize): the DRAFT layer quantized as quantize does the model -------------
+
+def test_draft_quantize_quantizes_the_draft_and_leaves_the_model(store: ModelStore, f16: Path, tmp_path: Path) -> None:
+    calls: list[tuple] = []
+    draft = write_llama_gguf(tmp_path / "draft-f16.gguf", seed=1)
+    progress = run(store, "spec", {"files": {"m.gguf": upload(store, f16)},
+                                   "draft_files": {"d.gguf": upload(store, draft)}, "draft_quantize": "q8_0"},
+                   quantizer=fake_quantizer(calls))
+    assert [c[0] for c in calls] == ["Q8_0"]
+    assert any(p["status"] == "quantizing F16 draft model to Q8_0" for p in progress)
+    assert not any(p["status"].startswith("quantizing F16 model") for p in progress)
+    model = store.load(parse_name("spec"))
+    assert model.draft_path is not None and model.draft_path.read_bytes() != draft.read_bytes()
+    assert model.model_path.read_bytes() == f16.read_bytes()
+
+
+def test_draft_quantize_without_a_draft_is_refused(store: ModelStore, f16: Path) -> None:
+    with pytest.raises(BadRequest, match="^--draft-quantize requires a DRAFT model$"):
+        run(store, "x", {"files": {"m.gguf": upload(store, f16)}, "draft_quantize": "q8_0"},
+            quantizer=fake_quantizer([]))
+
+
+def test_draft_quantize_of_a_quantized_draft_is_refused(store: ModelStore, f16: Path, tmp_path: Path) -> None:
+    q4 = write_llama_gguf(tmp_path / "q4.gguf", file_type=3, seed=2)  # MOSTLY_Q4_1 by its header
+    with pytest.raises(BadRequest, match="only supported for F16, BF16 and F32 draft models"):
+        run(store, "x", {"files": {"m.gguf": upload(store, f16)}, "draft_files": {"d.gguf": upload(store, q4)},
+                         "draft_quantize": "q8_0"}, quantizer=fake_quantizer([]))
+
+
+@pytest.mark.integration
+def test_draft_quantize_with_llama_quantize(store: ModelStore, f16: Path, tmp_path: Path) -> None:
+    binary = os.environ.get("OLLAMA_PY_TEST_QUANTIZE")
+    if not binary:
+        pytest.fail("OLLAMA_PY_TEST_QUANTIZE is not set: point it at a built llama-quantize; the Makefile sets it")
+    draft = write_llama_gguf(tmp_path / "draft-f16.gguf", seed=1)
+    run(store, "spec:q8", {"files": {"m.gguf": upload(store, f16)}, "draft_files": {"d.gguf": upload(store, draft)},
+                           "draft_quantize": "Q8_0"}, quantizer=make_quantizer(Path(binary)))
+    model = store.load(parse_name("spec:q8"))
+    assert model.draft_path is not None
+    assert read_gguf_info(model.draft_path).quantization_level == "Q8_0"
+    assert read_gguf_info(model.model_path).quantization_level == "F16"
+    assert model.details["quantization_level"] == "F16"
