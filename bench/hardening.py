@@ -36,15 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.conftest import start_serve, stop_serve, upload_blob, write_tiny_gguf
-from tests.fakes.gguf_files import (
-    T_ARRAY,
-    T_STRING,
-    T_UINT32,
-    gguf_string,
-    nested_array,
-    raw_gguf,
-    u32,
-)
+from tests.fakes.gguf_files import T_ARRAY, T_STRING, T_UINT32, gguf_string, nested_array, raw_gguf, u32
 from tests.integration.test_no_orphans import fake_runners_dir
 
 TICK = 0.010  # seconds between the ticker's requests

@@ -47,8 +47,7 @@ sys.path.insert(0, str(ROOT))
 from bench import hardening  # noqa: E402
 from tests.conftest import create_from_file, start_serve, stop_serve, write_tiny_gguf  # noqa: E402
 from tests.integration.test_faults import _one_request  # noqa: E402
-from tests.integration.test_no_orphans import (  # noqa: E402
-    runner_processes, start_fake_serve, wait_for_runners, wait_gone)
+from tests.integration.test_no_orphans import runner_processes, start_fake_serve, wait_for_runners, wait_gone  # noqa: E402
 
 DEFAULT_MODEL = Path.home() / ".cache" / "ollama-py" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENDLESS = {"FAKE_TOKEN_DELAY": "0.02", "FAKE_TOKENS": "1000000"}
@@ -235,10 +234,10 @@ def bad_inputs(url: str) -> Counter:
         for strategy in (fuzz.from_schema(fuzz.SCHEMAS[op.request]), fuzz.mistyped(fuzz.SCHEMAS[op.request])):
             @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
             @given(body=strategy)
-            def send(body: Any) -> None:
-                if op.path == "/api/delete" and isinstance(body, dict):
+            def send(body: Any) -> None:  # run at once below, in this iteration: `op` is this loop's
+                if op.path == "/api/delete" and isinstance(body, dict):  # noqa: B023
                     body = {**body, "model": "other"}
-                r = requests.request(op.method.upper(), url + op.path, json=body, timeout=120)
+                r = requests.request(op.method.upper(), url + op.path, json=body, timeout=120)  # noqa: B023
                 seen["fuzzed"] += 1
                 seen["fuzz 5xx"] += r.status_code >= 500
                 seen["fuzz 4xx"] += 400 <= r.status_code < 500
@@ -254,7 +253,7 @@ def load_line() -> str:
 
 def report(tally: Tally, load: dict[str, Any] | None, bad: Counter | None, rounds: int, real: bool,
            hard: list[hardening.Row], loads: tuple[str, str]) -> str:
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Reliability", "",
         f"`bench/reliability.py --rounds {rounds}` on {platform.machine()}, {psutil.cpu_count()} CPUs, "

@@ -6,7 +6,6 @@ the order, that a score depends only on its pair, and truncation."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.conftest import create_from_file
