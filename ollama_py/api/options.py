@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ollama_py.errors import InvalidOption
+from ollama_py.template.gofmt import go_quote
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +288,7 @@ def format_params(params: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for name, value in params.items():
         for item in value if isinstance(value, list | tuple) else (value,):
-            shown = _go_quote(item) if isinstance(item, str) else format_value(item)
+            shown = go_quote(item) if isinstance(item, str) else format_value(item)
             lines.append(f"{name:<30} {shown}")
     return "\n".join(lines)
 
@@ -314,26 +315,3 @@ def _go_float(v: float) -> str:
     if point >= len(digits):
         return sign + digits + "0" * (point - len(digits))
     return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
-_GO_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v"}
-
-
-def _go_quote(s: str) -> str:
-    """strconv.Quote: Go-syntax double-quoted string, printable Unicode kept as is."""
-    out = ['"']
-    for ch in s:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch.isprintable():  # Go's IsPrint: letters, marks, numbers, punctuation, symbols, ASCII space
-            out.append(ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)

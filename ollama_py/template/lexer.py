@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
+from ollama_py.template.gofmt import go_quote
+
 LEFT_DELIM = "{{"
 RIGHT_DELIM = "}}"
 LEFT_COMMENT = "/*"
@@ -92,31 +94,12 @@ class Token:
         if self.typ in _KEYWORD_TYPES:
             return f"<{self.val}>"
         if len(self.val) > 10:
-            return _go_quote(self.val[:10]) + "..."
-        return _go_quote(self.val)
+            return go_quote(self.val[:10]) + "..."
+        return go_quote(self.val)
 
 
 # Go's item types past itemKeyword print as <val>: the keywords, nil and the dot among them.
 _KEYWORD_TYPES = frozenset(KEYWORDS.values()) | {Tok.DOT}
-
-
-def _go_quote(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif not ch.isprintable():
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 def is_space(ch: str) -> bool:
@@ -431,14 +414,14 @@ class _Lexer:
 
     def lex_number(self) -> _Next:
         if not self._scan_number():
-            self.error(f"bad number syntax: {_go_quote(self.text[self.start : self.pos])}")
+            self.error(f"bad number syntax: {go_quote(self.text[self.start : self.pos])}")
             return None
         ch = self.peek()
         if ch in "+-" and ch != "":
             # Complex: 1+2i. The template language has no complex arithmetic we support,
             # but lex it like Go so the parser can name it.
             if not self._scan_number() or self.text[self.pos - 1] != "i":
-                self.error(f"bad number syntax: {_go_quote(self.text[self.start : self.pos])}")
+                self.error(f"bad number syntax: {go_quote(self.text[self.start : self.pos])}")
                 return None
             self.emit(Tok.COMPLEX)
         else:
