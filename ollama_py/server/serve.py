@@ -115,17 +115,3 @@ def _run_until_signal(loop: asyncio.AbstractEventLoop, main: Coroutine[Any, Any,
             loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-
-
-async def start_background(settings: Settings) -> web.AppRunner:
-    """Start the gateway inside the current event loop (for tests and benchmarks)."""
-    app = create_app(settings)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    host = settings.host.host
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, settings.host.port))
-    await GuardedSite(runner, sock, app[CONNECTIONS]).start()
-    await asyncio.sleep(0)
-    return runner
