@@ -1,4 +1,5 @@
-"""The exception tree of ollama-py. Handlers raise; one table in server/errors.py maps to HTTP.
+"""The exception tree of ollama-py. Handlers raise; one table in server/errors.py maps to HTTP. Every class is
+drawn, with the module it lives in where that is not this one (they subclass from here, so the mapping holds).
 
     OllamaError(message)                      status 500 unless a subclass says otherwise
     ├── BadRequest                            400  {"error": "..."}
@@ -14,10 +15,17 @@
     ├── RequestCanceled                       499  request canceled
     ├── ServerBusy                            503  server busy, please try again.  maximum pending requests exceeded
     ├── ConfigError(path, line, msg)          500  "path:line: msg" (the config file; the CLI prints it)
+    ├── StoreLocked           store/lock.py   500  another serve holds this model store
+    ├── InvalidManifest       store/manifests.py  500  a manifest file we cannot read (the store is wrong)
+    ├── ServerUnreachable     client/client.py    (client side, also a ConnectionError) nothing answers at the host
     ├── RunnerError                           500  the runner failed (carries the stderr tail)
-    │   └── RunnerLoadError                   500  error loading model ...
+    │   ├── RunnerLoadError                   500  error loading model ...
+    │   ├── UpstreamLost      runner/sse.py   500  the connection to llama-server broke mid-request
+    │   └── RunnerStalled     runner/sse.py   500  llama-server sent nothing for read_timeout mid-request
     └── RegistryError                         500  a registry said no (Unauthorized is 401)
-        └── Unauthorized                      401  unauthorized: access denied
+        ├── Unauthorized                      401  unauthorized: access denied
+        ├── TransportError    store/registry.py   the registry could not be reached (retried)
+        └── RegistryStatusError(msg, code)  store/registry.py   the registry answered with an error status
 """
 
 from __future__ import annotations
