@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import create_tiny_model, fake_scheduler, make_settings, write_tiny_gguf
-from tests.unit.test_template_limits import loop_watch
+from tests.helpers.loop import loop_watch
 
 VOCAB = 2_000_000  # parsing this header takes over a second on the test machines (about one to write it as JSON)
 

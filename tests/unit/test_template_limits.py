@@ -7,8 +7,6 @@ templates in threads, so even a long legal render leaves the event loop free.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from ollama_py.errors import TemplateError
 from ollama_py.template import parse_template
 from ollama_py.template.exec import Limits
+from tests.helpers.loop import loop_watch
 
 
 def render(text: str, data: object = None, limits: Limits | None = None) -> str:
@@ -87,29 +86,6 @@ def test_a_template_longer_than_a_mebibyte_is_refused() -> None:
 async def client(fake_app, aiohttp_client):
     _, app = fake_app()
     return await aiohttp_client(app)
-
-
-@contextlib.asynccontextmanager
-async def loop_watch():
-    """The largest gap (seconds) between the ticks of a task that wakes every 10 ms, in gaps[0]."""
-    gaps = [0.0]
-
-    async def tick() -> None:
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(0.01)
-            now = time.monotonic()
-            gaps[0] = max(gaps[0], now - last)
-            last = now
-
-    task = asyncio.create_task(tick())
-    await asyncio.sleep(0.05)
-    try:
-        yield gaps
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 BOMB = "{{ range 10000000 }}x{{ end }}{{ .Prompt }}"
