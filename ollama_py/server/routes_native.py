@@ -107,7 +107,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     prompt = field(body, "prompt", str, "")
     system = field(body, "system", str)
     template = field(body, "template", str)
-    context = token_ids(body, "context")
+    context = await token_ids(body, "context")
     raw = field(body, "raw", bool, False)
     suffix = field(body, "suffix", str)
     images = check_images(body.get("images"))

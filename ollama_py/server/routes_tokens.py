@@ -70,7 +70,7 @@ async def tokenize(request: web.Request) -> web.Response:
 async def detokenize(request: web.Request) -> web.Response:
     started = time.perf_counter()
     body = await read_json(request)
-    tokens = token_ids(body, "tokens") or []
+    tokens = await token_ids(body, "tokens") or []
     model, raw_name, opts, ka = await _model_for(request, body)
     embedding = "completion" not in model.capabilities
     async with request.app[SCHEDULER].use(model, opts, ka, embedding=embedding) as loaded:

@@ -44,3 +44,12 @@ async def test_verbose_show_is_written_off_the_loop(client):
         text = await r.read()  # tens of megabytes: read, not parsed, while the ticker watches
     assert gaps[0] < 1.0
     assert text.count(b'"t1999999"') == 1  # the whole vocabulary is there
+
+
+async def test_a_huge_body_is_decoded_and_checked_off_the_loop(client):
+    # 20 million token ids (40 MB of JSON): decoding and checking them took seconds on the loop
+    body = b'{"model": "nope", "prompt": "hi", "context": [' + b"1," * 20_000_000 + b'1]}'
+    async with loop_watch() as gaps:
+        r = await client.post("/api/generate", data=body, headers={"Content-Type": "application/json"})
+        assert r.status == 404, await r.text()  # the body was read whole, then the model looked up
+    assert gaps[0] < 1.0

@@ -47,16 +47,20 @@ def test_a_float_field_keeps_its_float() -> None:
     assert field({"t": 6.0}, "t", float) == 6.0 and field({"t": 6}, "t", float) == 6
 
 
-def test_token_ids_take_whole_floats() -> None:
-    assert token_ids({"context": [1.0, 2, 2147483647]}, "context") == [1, 2, 2147483647]
-    assert token_ids({}, "context") is None
+async def test_token_ids_take_whole_floats() -> None:
+    assert await token_ids({"context": [1.0, 2, 2147483647]}, "context") == [1, 2, 2147483647]
+    assert await token_ids({}, "context") is None
+    long = [1.0] * 200_000  # checked in a thread, with the same answer
+    assert await token_ids({"context": long}, "context") == [1] * 200_000
 
 
 @pytest.mark.parametrize("bad", [[1.5], [-1], [2**31], [True], ["1"]], ids=["fraction", "negative", "past int32",
                                                                            "bool", "string"])
-def test_token_ids_refuse(bad: list[Any]) -> None:
+async def test_token_ids_refuse(bad: list[Any]) -> None:
     with pytest.raises(BadRequest, match=r"^tokens must be a list of token ids \(integers from 0 to 2147483647\)$"):
-        token_ids({"tokens": bad}, "tokens")
+        await token_ids({"tokens": bad}, "tokens")
+    with pytest.raises(BadRequest, match=r"^tokens must be a list of token ids"):
+        await token_ids({"tokens": [1] * 200_000 + bad}, "tokens")
 
 
 def test_a_null_num_thread_is_skipped_as_ollama_does() -> None:
