@@ -169,3 +169,13 @@ def test_empty_prompt_loads_and_keep_alive_zero_unloads(client, live_server):
             break
         time.sleep(0.1)
     assert not any(m.name == live_server.model for m in client.ps().models)
+
+
+def test_use_mmap_false_loads_and_answers(live_server):
+    # the runner is started with this llama-server's spelling of "no mmap" (it refuses the old --no-mmap)
+    r = live_server.api("POST", "/api/generate", json={
+        "model": live_server.model, "prompt": "Say hi.", "stream": False,
+        "options": {"use_mmap": False, "num_predict": 4, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    assert r.json()["eval_count"] > 0
+    live_server.unload()

@@ -27,8 +27,9 @@ def test_defaults_bind_loopback_and_share_the_context() -> None:
 
 @pytest.mark.parametrize(("spec", "present", "absent"), [
     pytest.param(LaunchSpec(model=MODEL, num_batch=256), [("-b", "256"), ("-ub", "256")], [], id="num_batch"),
-    pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=None), [], ["-ngl"], id="gpu-layers-unset"),
-    pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=12), [("-ngl", "12")], ["--device"], id="gpu-layers"),
+    pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=None), [], ["-ngl", "--fit"], id="gpu-layers-unset"),
+    pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=12), [("-ngl", "12"), ("--fit", "off")], ["--device"],
+                 id="gpu-layers-placed-by-us"),
     pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=0), [("-ngl", "0"), ("--device", "none")], [],
                  id="no-layers-no-gpu-at-all"),
     pytest.param(LaunchSpec(model=MODEL, num_thread=3), [("-t", "3")], [], id="threads"),
@@ -39,7 +40,7 @@ def test_defaults_bind_loopback_and_share_the_context() -> None:
     pytest.param(LaunchSpec(model=MODEL, projectors=(Path("/p.gguf"),)), [("--mmproj", "/p.gguf")], [],
                  id="projector"),
     pytest.param(LaunchSpec(model=MODEL, embedding=True), [("--pooling", "mean")], [], id="embedding"),
-    pytest.param(LaunchSpec(model=MODEL, use_mmap=False), [], [], id="no-mmap"),
+    pytest.param(LaunchSpec(model=MODEL, use_mmap=False), [("--load-mode", "none")], ["--no-mmap"], id="no-mmap"),
     pytest.param(LaunchSpec(model=MODEL, main_gpu=1), [("--main-gpu", "1"), ("--split-mode", "none")], [],
                  id="main-gpu-alone-pins"),
     pytest.param(LaunchSpec(model=MODEL, main_gpu=1, tensor_split=(3.0, 1.5)),
@@ -56,8 +57,6 @@ def test_setting_reaches_argv(spec: LaunchSpec, present: list[tuple[str, str]], 
         assert value in flag_values(argv, flag), (flag, argv)
     for flag in absent:
         assert flag not in argv
-    if spec.use_mmap is False:
-        assert "--no-mmap" in argv
 
 
 def test_extra_args_come_last() -> None:
