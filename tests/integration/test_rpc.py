@@ -169,7 +169,8 @@ def test_a_worker_reports_its_memory_cap(capped_workers):
 
 def test_memory_caps_force_an_uneven_split_with_the_same_output(capped_workers, live_server, tmp_path):
     model = required_path("OLLAMA_PY_TEST_MODEL")
-    proc, url, _ = start_serve(tmp_path, {"OLLAMA_RPC_SERVERS": ",".join(capped_workers)})
+    # one slot: four slots' KV cache per layer no longer fits the 30 MiB worker at all, and the split is the point
+    proc, url, _ = start_serve(tmp_path, {"OLLAMA_RPC_SERVERS": ",".join(capped_workers), "OLLAMA_NUM_PARALLEL": "1"})
     try:
         create_from_file(url, "smollm2:135m", model)
         spread = requests.post(url + "/api/generate", json={"model": "smollm2:135m", **PROMPT}, timeout=300).json()
