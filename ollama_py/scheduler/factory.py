@@ -148,8 +148,13 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
                     size_vram=size_vram, context_length=num_ctx)
 
 
+GPU_VARIANTS = frozenset({"cuda", "vulkan", "metal"})
+
+
 class VariantRunner(RunnerProcess):
-    """A runner that falls back to the next built variant when one dies of SIGILL on this CPU."""
+    """A runner that falls back to the next built variant when one dies of SIGILL on this CPU, or when a GPU
+    variant fails to start at all (a driver that crashes or refuses the device): the model then loads on the
+    CPU build, without offload, rather than not at all."""
 
     def __init__(self, spec: LaunchSpec, candidates: list[tuple[str, Path]], bad: variants.BadVariants,
                  **kwargs: Any) -> None:
@@ -168,12 +173,20 @@ class VariantRunner(RunnerProcess):
         while True:
             try:
                 return await super().ensure_ready()
-            except RunnerLoadError:
-                if not (variants.is_sigill(self.returncode) and len(self.candidates) > 1):
+            except RunnerLoadError as e:
+                if len(self.candidates) < 2:
                     raise
-                failed = self.candidates.pop(0)[0]
-                reason = "llama-server died with SIGILL (illegal instruction) on this CPU"
-                self._bad.mark(failed, reason)
+                failed = self.candidates[0][0]
+                if variants.is_sigill(self.returncode):
+                    reason = "llama-server died with SIGILL (illegal instruction) on this CPU"
+                    self._bad.mark(failed, reason)
+                elif failed in GPU_VARIANTS and self.candidates[1][0] not in GPU_VARIANTS:
+                    # not remembered as bad: the next load tries the GPU again (a model error fails both ways)
+                    reason = f"it failed to start ({e})"
+                    self.spec = dataclasses.replace(self.spec, n_gpu_layers=0, tensor_split=(), main_gpu=None)
+                else:
+                    raise
+                self.candidates.pop(0)
                 log.warning("runner variant %s: %s; falling back to %s", failed, reason, self.variant)
                 self.reset()
 

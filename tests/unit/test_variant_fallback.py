@@ -83,3 +83,27 @@ def test_list_devices_output_gives_each_workers_memory():
             "  RPC1: 10.0.0.2:50052 (8192 MiB, 512 MiB free)\n  CPU: AMD EPYC (24105 MiB, 24105 MiB free)\n")
     assert parse_list_devices(text) == {"127.0.0.1:50081": (24105 << 20, 20000 << 20),
                                         "10.0.0.2:50052": (8192 << 20, 512 << 20)}
+
+
+async def test_a_gpu_variant_that_fails_to_start_falls_back_to_the_cpu_build_without_offload(tmp_path):
+    runners = make_runners(tmp_path)
+    broken = runners / "vulkan" / "llama-server"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("#!/bin/sh\necho 'ggml_vulkan: vk::createInstance: ErrorIncompatibleDriver' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path / "models"),
+                                  "OLLAMA_PY_DATA_DIR": str(tmp_path / "data"),
+                                  "OLLAMA_RUNNERS_DIR": str(runners)})
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    plan = LoadPlan(key="m", spec=LaunchSpec(model=model, num_ctx=512, n_gpu_layers=99), load_options={})
+    host = variants.HostInfo("x86_64", "Linux", frozenset(), 0, vulkan_gpus=1)  # cpu_avx2 does not suit it
+    runner = runner_factory(settings, env=dict(os.environ), host=host)(plan, "m", lambda r: None)
+    assert runner.variant == "vulkan"
+    try:
+        await runner.ensure_ready()
+        assert runner.variant == "cpu"
+        assert runner.spec.n_gpu_layers == 0  # the CPU build gets no offload to plan around
+    finally:
+        await runner.stop()
+    assert not (tmp_path / "data" / "bad-variants.json").exists()  # the GPU gets its chance again next load
