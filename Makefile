@@ -32,13 +32,14 @@ test-prereqs:
 $(VENV)/.installed: pyproject.toml | prereqs
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test,lint]'
+	@# setuptools warns on every editable install (a generic note about same-named folders): not for our users
+	@PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[test,lint]'
 	@touch $@
 
 # What llama.cpp's converter imports (torch, transformers, ...; pyproject's `convert` extra): only `create` from a
 # safetensors directory needs it, so `make run` goes without; the tests convert a tiny model of their own.
 $(VENV)/.installed-convert: pyproject.toml $(VENV)/.installed
-	@$(PY) -m pip install --quiet -e '.[convert]'
+	@PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[convert]'
 	@touch $@
 
 runners: | prereqs
