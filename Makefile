@@ -65,7 +65,7 @@ lint: $(VENV)/.installed
 	$(PY) -m mypy
 
 # What needs no runner, model or browser (the `unit` mark: tests/unit and tests/fakes less `integration`).
-test-unit: $(VENV)/.installed
+test-unit: $(VENV)/.installed $(VENV)/.installed-convert
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -m unit $(PYTEST_ARGS)
 
 test-integration: test-prereqs install $(VENV)/.installed-convert
