@@ -54,6 +54,24 @@ def test_chat_with_smollm2_streams_the_answer_and_its_speed(page: Any, live_serv
     shoot(page, "server")
 
 
+@pytest.mark.integration
+def test_stop_ends_a_smollm2_answer_mid_way(page: Any, live_server: Any) -> None:
+    open_chat(page, live_server.url)
+    page.select_option("#chat-model", live_server.model)
+    send(page, "Write a very long story about a dragon who learns to bake bread. Use at least 800 words.")
+    content = page.locator(".msg.assistant").last.locator(".content")
+    expect(content).not_to_be_empty()  # the first tokens arrived
+    page.click("#stop")
+    expect(page.locator(".msg.assistant").last.locator(".note")).to_have_text("stopped")
+    expect(page.locator("#send")).to_be_visible()
+    stopped_at = content.inner_text()
+    page.wait_for_timeout(1000)  # nothing more arrives after Stop
+    assert content.inner_text() == stopped_at and stopped_at.strip()
+    # the model is still there for the next message
+    send(page, "Say hello.")
+    expect(page.locator(".msg.assistant").last.locator(".stats")).to_contain_text("tokens/s")
+
+
 def test_stop_ends_the_answer_mid_way(page: Any, fake_console: Any) -> None:
     console = fake_console({"FAKE_TOKENS": "400", "FAKE_TOKEN_DELAY": "0.05"})
     open_chat(page, console.url)
