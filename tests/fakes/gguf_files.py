@@ -43,13 +43,7 @@ def write_gguf(path: Path, arch: str, kv: dict[str, object] | None = None,
             writer.add_array(key, value)
         else:
             raise TypeError(f"{key}: {type(value)}")
-    for name, data in (tensors or {}).items():
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return Path(path)
+    return _finish(writer, tensors or {}, path)
 
 
 def llama_tensors(dtype: type = np.float16, seed: int = 0) -> dict[str, np.ndarray]:
@@ -211,6 +205,11 @@ def write_qwen3_reranker_gguf(path: Path, *, seed: int = 0, n_ctx: int = 512, me
         "blk.0.ffn_up.weight": w(n_ff, n_embd),
         "blk.0.ffn_down.weight": w(n_embd, n_ff),
     }
+    return _finish(writer, tensors, path)
+
+
+def _finish(writer: gguf.GGUFWriter, tensors: dict[str, np.ndarray], path: str | Path) -> Path:
+    """Add the tensors and write the file out: header, metadata, tensor data."""
     for name, data in tensors.items():
         writer.add_tensor(name, data)
     writer.write_header_to_file()

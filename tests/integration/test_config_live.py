@@ -5,13 +5,13 @@ its runner settings reach llama-server's command line, an alias answers, and SIG
 from __future__ import annotations
 
 import signal
-import time
 
 import psutil
 import pytest
 import requests
 
 from tests.conftest import create_tiny_model, make_settings, required_path, start_serve, stop_serve
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +36,6 @@ def flag(cmdline: list[str], name: str) -> str | None:
     return cmdline[cmdline.index(name) + 1] if name in cmdline else None
 
 
-def wait_until(predicate, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached")
 
 
 @pytest.fixture(scope="module")

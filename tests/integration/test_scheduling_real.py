@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import psutil
@@ -10,6 +9,7 @@ import pytest
 import requests
 
 from tests.conftest import create_from_file, required_path, start_serve, stop_serve
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,13 +31,6 @@ def gen(url: str, model: str, prompt: str, raw: bool = False, **opts) -> dict:
     return r.json()
 
 
-def wait_until(predicate, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached")
 
 
 @pytest.fixture(scope="module")
