@@ -67,6 +67,18 @@ def _load(store: Any, name: ModelName) -> Any:
     return model
 
 
+def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, Any]],
+                            tools: list[dict[str, Any]] | None) -> None:
+    """What /api/chat refuses of a model, asked of the OpenAI and Anthropic chat routes too (one check, one text)."""
+    caps = model.capabilities
+    if "completion" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support chat')
+    if tools and "tools" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support tools')
+    if any(m.get("images") for m in messages) and "vision" not in caps:
+        raise BadRequest(f'"{raw_name}" does not support vision')
+
+
 def merged_options(request: web.Request, model: Any, raw_options: Any) -> dict[str, Any]:
     """The model's PARAMETERs overlaid by the request's options (stops are merged, not replaced)."""
     opts = default_options(request.app[SETTINGS], request.app.get(CONFIG), model)

@@ -266,18 +266,6 @@ def check_tools(tools: Any) -> list[dict[str, Any]] | None:
     return tools
 
 
-def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, Any]],
-                            tools: list[dict[str, Any]] | None) -> None:
-    """The native /api/chat checks, so both APIs refuse the same requests."""
-    caps = model.capabilities
-    if "completion" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support chat')
-    if tools and "tools" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support tools')
-    if any(m.get("images") for m in messages) and "vision" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support vision')
-
-
 def think_for(think: bool | str | None, model: Any) -> bool | str | None:
     """Ollama relaxes thinking for the OpenAI routes: asked of a model without it, it is dropped, not refused;
     a thinking model thinks unless told "none"."""

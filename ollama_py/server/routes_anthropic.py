@@ -11,11 +11,10 @@ import time
 
 from aiohttp import web
 
-from ollama_py.errors import BadRequest
 from ollama_py.server import anthropic_translate as ant
 from ollama_py.server.completion import CompletionRequest, run_completion
 from ollama_py.server.keys import SCHEDULER
-from ollama_py.server.models import find_model, keep_alive, merged_options
+from ollama_py.server.models import check_chat_capabilities, find_model, keep_alive, merged_options
 from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import collect, content_blocks, sse
@@ -28,13 +27,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     name, raw_name = requested_model(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
+    check_chat_capabilities(model, raw_name, params.messages, params.tools)
     caps = model.capabilities
-    if "completion" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support chat')
-    if params.tools and "tools" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support tools')
-    if any(m.get("images") for m in params.messages) and "vision" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support vision')
     opts = merged_options(request, model, params.options)
     # Like the OpenAI route, thinking asked of a model without it is dropped rather than refused (Ollama).
     think = (True if params.think is None else params.think) if "thinking" in caps else None

@@ -25,7 +25,7 @@ from ollama_py.server import openai_translate as oai
 from ollama_py.server import responses_translate as rt
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.keys import CONFIG, SCHEDULER, STORE
-from ollama_py.server.models import find_model, keep_alive, merged_options
+from ollama_py.server.models import check_chat_capabilities, find_model, keep_alive, merged_options
 from ollama_py.server.requests import read_json, requested_model
 from ollama_py.server.routes_anthropic import messages as anthropic_messages
 from ollama_py.server.routes_native import chat_messages
@@ -44,7 +44,7 @@ async def _chat_request(request: web.Request, body: dict[str, Any], names: tuple
     name, raw_name = names
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
-    oai.check_chat_capabilities(model, raw_name, params.messages, params.tools)
+    check_chat_capabilities(model, raw_name, params.messages, params.tools)
     opts = merged_options(request, model, params.options)
     return CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
                              messages=chat_messages(model, params.messages), tools=params.tools, logprobs=logprobs,

@@ -24,7 +24,7 @@ from ollama_py.runner.client import UpstreamLost
 from ollama_py.server import anthropic_translate as ant
 from ollama_py.server.completion import CompletionRequest, build_prompt, prompt_text
 from ollama_py.server.keys import SCHEDULER
-from ollama_py.server.models import find_model, keep_alive, merged_options
+from ollama_py.server.models import check_chat_capabilities, find_model, keep_alive, merged_options
 from ollama_py.server.requests import field, read_json, requested_model, token_ids
 from ollama_py.server.routes_native import chat_messages
 
@@ -92,10 +92,7 @@ async def count_tokens(request: web.Request) -> web.Response:
     params = ant.parse_messages({**body, "max_tokens": field(body, "max_tokens", int, None) or 1})
     name, raw_name = requested_model(body)
     model = await find_model(request, name, raw_name)
-    if "completion" not in model.capabilities:
-        raise BadRequest(f'"{raw_name}" does not support chat')
-    if params.tools and "tools" not in model.capabilities:
-        raise BadRequest(f'"{raw_name}" does not support tools')
+    check_chat_capabilities(model, raw_name, params.messages, params.tools)
     opts = merged_options(request, model, params.options)
     think = (True if params.think is None else params.think) if "thinking" in model.capabilities else None
     req = CompletionRequest(model=model, options=opts, keep_alive=keep_alive(body),
