@@ -446,18 +446,7 @@ def parse_config(text: str, path: str = "config.toml") -> ConfigFile:
                 parse_name(pattern)
             except OllamaError:
                 raise ConfigError(path, header, f"'{pattern}' is not a valid model name or glob") from None
-        values: dict[str, Any] = {}
-        key_lines: dict[str, int] = {}
-        for key, raw in table.items():
-            line = key_lines[key] = lines.find(("models", pattern, key)) or header
-            parser = MODEL_PARSERS.get(key)
-            if parser is None:
-                raise ConfigError(path, line, f"unknown setting '{key}' in [models.\"{pattern}\"]"
-                                              f"{_suggest(key, MODEL_PARSERS)}")
-            try:
-                values[key] = parser(raw)
-            except ValueError as e:
-                raise ConfigError(path, line, f'models."{pattern}".{key}{_reason(e)}') from None
+        values, key_lines = _parse_table(path, lines, "models", pattern, table, MODEL_PARSERS, header)
         if values.get("aliases") and is_glob(pattern):
             raise ConfigError(path, lines.find(("models", pattern, "aliases")) or header,
                               f'models."{pattern}": aliases need an exact model name, not a glob')
@@ -470,6 +459,25 @@ def parse_config(text: str, path: str = "config.toml") -> ConfigFile:
             seen_aliases[key] = pattern
         sections.append(ModelSettings(pattern=pattern, line=header, key_lines=key_lines, **values))
     return ConfigFile(Path(path), server, ModelTable(tuple(sections)), _parse_groups(data, lines, path))
+
+
+def _parse_table(path: str, lines: KeyLines, section: str, name: str, table: Mapping[str, Any],
+                 parsers: Mapping[str, Callable[[object], Any]], header: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """One [section."name"] table's settings, each through its parser: (values, the line of each key). An unknown
+    key or a bad value is a ConfigError at its own line."""
+    values: dict[str, Any] = {}
+    key_lines: dict[str, int] = {}
+    for key, raw in table.items():
+        line = key_lines[key] = lines.find((section, name, key)) or header
+        parser = parsers.get(key)
+        if parser is None:
+            raise ConfigError(path, line, f"unknown setting '{key}' in [{section}.\"{name}\"]"
+                                          f"{_suggest(key, parsers)}")
+        try:
+            values[key] = parser(raw)
+        except ValueError as e:
+            raise ConfigError(path, line, f'{section}."{name}".{key}{_reason(e)}') from None
+    return values, key_lines
 
 
 def _members(value: object) -> tuple[str, ...]:
@@ -497,17 +505,7 @@ def _parse_groups(data: Mapping[str, Any], lines: KeyLines, path: str) -> GroupT
         header = lines.find(("groups", name))
         if not isinstance(group, dict):
             raise ConfigError(path, header, f'groups."{name}" must be a table: [groups."{name}"]')
-        values: dict[str, Any] = {}
-        for key, raw in group.items():
-            line = lines.find(("groups", name, key)) or header
-            parser = GROUP_PARSERS.get(key)
-            if parser is None:
-                raise ConfigError(path, line, f"unknown setting '{key}' in [groups.\"{name}\"]"
-                                              f"{_suggest(key, GROUP_PARSERS)}")
-            try:
-                values[key] = parser(raw)
-            except ValueError as e:
-                raise ConfigError(path, line, f'groups."{name}".{key}{_reason(e)}') from None
+        values, _ = _parse_table(path, lines, "groups", name, group, GROUP_PARSERS, header)
         if "members" not in values:
             raise ConfigError(path, header, f'groups."{name}" needs members (model names or globs)')
         groups.append(Group(name=name, line=header, **values))
