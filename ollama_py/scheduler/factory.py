@@ -268,7 +268,7 @@ def default_scheduler(settings: Settings,
 
     def track_device_memory(event: str, loaded: Any) -> None:
         if event == "loaded":
-            held[loaded.key] = int(loaded.extra.get("actual_vram", loaded.plan.size_vram))
+            held[loaded.key] = loaded.plan.size_vram if loaded.actual_vram is None else loaded.actual_vram
         else:
             held.pop(loaded.key, None)
 
@@ -317,8 +317,7 @@ def record_actual_memory(event: str, loaded: Any) -> None:
         return
     total = sum(devices.values())
     vram = sum(v for dev, v in devices.items() if dev != "CPU" and not dev.startswith("RPC"))
-    loaded.extra["actual_size"], loaded.extra["actual_vram"] = total, vram
-    loaded.extra["devices"] = devices
+    loaded.actual_size, loaded.actual_vram, loaded.devices = total, vram, devices
     estimated = loaded.plan.size
     error = (estimated - total) / total * 100 if total else 0.0
     log.info("memory of %s: estimated %.1f MiB, llama-server allocated %.1f MiB (%+.1f%%), %.1f MiB on GPUs",

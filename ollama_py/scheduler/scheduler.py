@@ -64,7 +64,11 @@ class Loaded:
     timer: asyncio.TimerHandle | None = None
     unloading: bool = False
     requests_served: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    # What llama-server really allocated, from its buffer log lines once loaded (factory.record_actual_memory);
+    # None / empty until then, or when its log names no buffers.
+    actual_size: int | None = None
+    actual_vram: int | None = None
+    devices: dict[str, int] = field(default_factory=dict)  # bytes per device: CPU, CUDA0, RPC0[host:port], ...
 
     @property
     def key(self) -> str:

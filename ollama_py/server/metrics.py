@@ -160,7 +160,7 @@ class _LiveState:
             memory.add_metric([*key, "vram"], loaded.plan.size_vram)
             memory.add_metric([*key, "ram"], max(loaded.plan.size - loaded.plan.size_vram, 0))
             context.add_metric(list(key), loaded.plan.context_length)
-            for device, size in (loaded.extra.get("devices") or {}).items():
+            for device, size in loaded.devices.items():
                 allocated.add_metric([*key, device], size)
         yield from (depth, capacity, loaded_count, state, queued, active, slots, memory, context, allocated)
 

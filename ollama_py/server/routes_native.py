@@ -340,16 +340,21 @@ def ps_entry(loaded: Any) -> dict[str, Any]:
     m = loaded.model
     queued, active = queue_counts(loaded)
     entry = {
-        "name": loaded.name, "model": loaded.name, "size": loaded.extra.get("actual_size", loaded.plan.size),
+        "name": loaded.name, "model": loaded.name, "size": _or(loaded.actual_size, loaded.plan.size),
         "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
         "expires_at": rfc3339(_expires_at(loaded)),
-        "size_vram": loaded.extra.get("actual_vram", loaded.plan.size_vram),
+        "size_vram": _or(loaded.actual_vram, loaded.plan.size_vram),
         "context_length": loaded.plan.context_length,
         "state": loaded.state, "queued": queued, "active": active,
     }
-    if loaded.extra.get("devices"):  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...
-        entry["devices"] = loaded.extra["devices"]
+    if loaded.devices:  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...
+        entry["devices"] = loaded.devices
     return entry
+
+
+def _or(actual: int | None, planned: int) -> int:
+    """What llama-server allocated, else (before its log says) what the plan estimated."""
+    return planned if actual is None else actual
 
 
 @routes.get("/api/ps")
