@@ -145,7 +145,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,
-                    size_vram=size_vram, context_length=num_ctx)
+                    size_vram=size_vram, context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}")
 
 
 GPU_VARIANTS = frozenset({"cuda", "vulkan", "metal"})

@@ -3,8 +3,9 @@
 `plan_with_settings` is the one place they take effect: slots, KV cache type and flash attention change what the
 memory estimate plans for (so they go in through Settings), a pinned GPU and threads through the load options,
 and the rest become llama-server flags (`runner_args`, pure). The settings' fingerprint joins the plan's load
-options, so a runner started with other settings is replaced when it is next idle (policy.needs_reload), never
-mid-request.
+options and the runner key (`runner_key`): two names on the same weights with different settings get runners of
+their own, and a model's runner started with settings since changed is replaced when it is next idle (the
+scheduler's lineage check), never mid-request.
 
 `runner_flags(runners_dir)` lists the flags the built llama-server accepts (its `--help`, read once per binary):
 an `extra_args` typo is a config error naming it rather than a runner that dies at load.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import re
 import subprocess
@@ -72,8 +74,21 @@ def apply(plan: LoadPlan, ms: ModelSettings) -> LoadPlan:
     if ms.tensor_split:
         changes["tensor_split"] = ms.tensor_split
     spec = dataclasses.replace(plan.spec, **changes)
-    load_options = {**plan.load_options, FINGERPRINT_KEY: ms.runner_fingerprint()}
-    return dataclasses.replace(plan, spec=spec, load_options=load_options)
+    fingerprint = ms.runner_fingerprint()
+    load_options = {**plan.load_options, FINGERPRINT_KEY: fingerprint}
+    return dataclasses.replace(plan, spec=spec, load_options=load_options, key=runner_key(plan.key, fingerprint))
+
+
+_NO_SETTINGS = ModelSettings().runner_fingerprint()
+
+
+def runner_key(key: str, fingerprint: tuple[Any, ...]) -> str:
+    """A plan's runner key with the runner settings in it: two names on the same weights share a runner only when
+    their settings are the same (a key without settings for a model with none, as the plan made it)."""
+    if fingerprint == _NO_SETTINGS:
+        return key
+    digest = hashlib.sha256(repr(fingerprint).encode()).hexdigest()[:12]
+    return f"{key}|settings={digest}"
 
 
 def plan_with_settings(ms: ModelSettings, settings: Settings, options: dict[str, Any],

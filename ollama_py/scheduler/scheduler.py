@@ -1,9 +1,9 @@
 """The scheduler: which models are loaded, who is using them, when they unload.
 
-One llama-server runner per loaded model (keyed by its weights and adapters). A request asks for an outcome —
-`async with scheduler.use(model, options, keep_alive) as loaded:` — and gets a ready runner and one of its
-slots, or an error. Every waiting request counts against OLLAMA_MAX_QUEUE, including those waiting for a busy
-model's slot (Ollama bounds only the load queue: its issue #7758).
+One llama-server runner per loaded model (keyed by its weights, adapters and runner settings: LoadPlan.key). A
+request asks for an outcome — `async with scheduler.use(model, options, keep_alive) as loaded:` — and gets a
+ready runner and one of its slots, or an error. Every waiting request counts against OLLAMA_MAX_QUEUE,
+including those waiting for a busy model's slot (Ollama bounds only the load queue: its issue #7758).
 
 Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, or an awaitable of one), `runner_factory`
 (LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (plan -> bytes free where that plan puts the model:
@@ -37,7 +37,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class LoadPlan:
-    """How a model will be loaded: the launch spec plus what /api/ps reports."""
+    """How a model will be loaded: the launch spec plus what /api/ps reports.
+
+    `key` names the runner: requests whose plans have the same key share it (the same weights, adapters, kind
+    and runner settings, whatever name they came by). `lineage` names what the runner is a version of (a model's
+    name with that key less its runner settings): a runner of the same lineage under another key was started
+    with settings since changed, and is replaced once idle rather than kept beside the new one. "" means none.
+    """
 
     key: str
     spec: LaunchSpec
@@ -45,6 +51,7 @@ class LoadPlan:
     size: int = 0
     size_vram: int = 0
     context_length: int = 4096
+    lineage: str = ""
 
 
 @dataclass(eq=False)
@@ -174,7 +181,10 @@ class Scheduler:
         """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded.
         With `wait`, return once those runners have stopped (after their current requests)."""
         try:
-            keys = {await self._key_of(model, False), await self._key_of(model, True)}
+            plans = [await self._make_plan(model, {}, embedding) for embedding in (False, True)]
+            # ... and a runner it started with runner settings since changed (same lineage, another key)
+            keys = {p.key for p in plans} | {key for key, loaded in self.loaded.items()
+                                              if _same_lineage(loaded.plan, plans)}
         except (OSError, OllamaError):  # weights gone from disk or unreadable: the runners on the same weights
             keys = {key for key, loaded in self.loaded.items() if _same_weights(loaded.model, model)}
         targets: list[Loaded] = []
@@ -207,9 +217,6 @@ class Scheduler:
             loaded.runner.kill_now()
 
     # -- internals ----------------------------------------------------------------------------------------
-    async def _key_of(self, model: Any, embedding: bool) -> str:
-        return (await self._make_plan(model, {}, embedding)).key
-
     async def _make_plan(self, model: Any, options: dict[str, Any], embedding: bool) -> LoadPlan:
         """The plan seam may be async (the real one asks RPC workers for their memory without blocking)."""
         plan = self._plan(model, options, embedding)
@@ -232,6 +239,14 @@ class Scheduler:
                     await self._changed.wait()
                     continue
                 if loaded is not None:  # unloading: wait until it is gone
+                    await self._changed.wait()
+                    continue
+                superseded = [entry for entry in self.loaded.values() if _same_lineage(entry.plan, [plan])]
+                if superseded:  # this model's runner with its former runner settings: replaced once idle
+                    for entry in superseded:
+                        if entry.refcount == 0 and not entry.unloading:
+                            log.info("reloading %s: runner settings changed", entry.name)
+                            self._start_unload(entry, "unloaded")
                     await self._changed.wait()
                     continue
                 outsiders = [entry for entry in self.loaded.values() if not self._may_stay(model, entry.model)]
@@ -378,6 +393,11 @@ async def _relay(loaded: Loaded, progress: Callable[[Loaded, LoadReport], None])
             progress(loaded, report)
         except Exception:
             log.exception("load progress listener failed")
+
+
+def _same_lineage(loaded: LoadPlan, plans: list[LoadPlan]) -> bool:
+    """Whether a loaded runner is one of these plans' models started with other runner settings."""
+    return any(p.lineage and loaded.lineage == p.lineage and loaded.key != p.key for p in plans)
 
 
 def _same_weights(a: Any, b: Any) -> bool:

@@ -94,7 +94,7 @@ def test_a_requests_num_thread_beats_the_models_threads(tmp_path, tiny_gguf) -> 
     assert plan.spec.num_thread == 2
 
 
-def test_fingerprint_in_load_options_means_reload(tmp_path, tiny_gguf) -> None:
+def test_runner_settings_make_another_runner_key_of_the_same_lineage(tmp_path, tiny_gguf) -> None:
     from ollama_py.scheduler.policy import needs_reload
 
     model = SimpleNamespace(model_path=tiny_gguf, adapters=(), projectors=(), name=parse_name("m"))
@@ -106,9 +106,12 @@ def test_fingerprint_in_load_options_means_reload(tmp_path, tiny_gguf) -> None:
 
     a, b = plan('[models."m"]\nkv_cache_type = "q8_0"'), plan('[models."m"]\nkv_cache_type = "q4_0"')
     c = plan('[models."m"]\nkv_cache_type = "q8_0"\noptions = { top_k = 2 }\nkeep_alive = "1h"')
-    assert a.key == b.key  # the same weights: one runner, replaced rather than doubled
+    assert a.key != b.key  # other runner settings: another runner ...
+    assert a.lineage == b.lineage  # ... of the same model, which replaces a's once idle (the scheduler's lineage)
     assert needs_reload(a.load_options, b.load_options)
-    assert not needs_reload(a.load_options, c.load_options)  # defaults and keep-alive need no restart
+    assert a.key == c.key  # defaults and keep-alive need no restart
+    assert not needs_reload(a.load_options, c.load_options)
+    assert plan("").key == plan_load(settings, [], 1 << 40, model, {}, False).key  # no settings: the weights' key
 
 
 def test_help_flags_are_read_from_the_flag_column() -> None:

@@ -363,3 +363,87 @@ async def test_the_load_deadline_holds_while_the_health_check_hangs(tmp_path):
         assert not sched.loaded and sched.pending == 0
     finally:
         await sched.shutdown()
+
+
+# -- runner settings (the config file's [models."name"] tables) and the runner key ---------------------------------
+def settings_scheduler(tmp_path: Path, tables: dict[str, str]) -> Scheduler:
+    """The real plan (plan_load + the model's runner settings) over the fake runner; `tables` maps a model's short
+    name to the body of its [models."name"] table and may be changed while the scheduler runs (a reload)."""
+    from ollama_py import config_file as cf
+    from ollama_py.scheduler.factory import plan_load
+    from ollama_py.scheduler.model_settings import plan_with_settings
+    from tests.conftest import fake_runner_factory
+
+    settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path)})
+
+    def plan(m, options: dict, embedding: bool) -> LoadPlan:
+        text = "".join(f'[models."{name}"]\n{body}\n' for name, body in tables.items())
+        ms = cf.parse_config(text).models.for_name(m.name)
+        return plan_with_settings(ms, settings, options,
+                                  lambda s, o: plan_load(s, [], 1 << 40, m, o, embedding))
+
+    return Scheduler(settings, plan=plan, runner_factory=fake_runner_factory(settings))
+
+
+def stored(name: str, weights: Path):
+    from types import SimpleNamespace
+
+    from ollama_py.api.names import parse_name
+
+    return SimpleNamespace(name=parse_name(name), model_path=weights, adapters=(), projectors=())
+
+
+def cmdline(loaded) -> str:
+    return " ".join(psutil.Process(loaded.runner.pid).cmdline())
+
+
+async def test_names_on_the_same_weights_share_a_runner_only_with_the_same_runner_settings(tmp_path, tiny_gguf):
+    sched = settings_scheduler(tmp_path, {"a": 'kv_cache_type = "q8_0"', "c": 'kv_cache_type = "q8_0"'})
+    a, b, c = (stored(n, tiny_gguf) for n in "abc")
+    try:
+        async with sched.use(a, {}, None) as on_a:
+            assert "--cache-type-k q8_0" in cmdline(on_a)
+        async with sched.use(b, {}, None) as on_b:  # no settings: a runner of its own, beside a's
+            assert on_b.runner.pid != on_a.runner.pid and "q8_0" not in cmdline(on_b)
+        async with sched.use(a, {}, None) as again:
+            assert again is on_a  # not replaced by b's
+        async with sched.use(c, {}, None) as on_c:  # c's settings are a's: a's runner
+            assert on_c is on_a
+        assert len(sched.loaded) == 2 and on_a.runner.alive and on_b.runner.alive
+        assert await sched.unload(b) is True
+        await wait_for(lambda: len(sched.loaded) == 1)
+        assert next(iter(sched.loaded.values())) is on_a
+    finally:
+        await sched.shutdown()
+
+
+async def test_a_changed_runner_setting_replaces_the_models_runner_once_idle(tmp_path, tiny_gguf):
+    tables = {"a": 'kv_cache_type = "q8_0"'}
+    sched = settings_scheduler(tmp_path, tables)
+    a = stored("a", tiny_gguf)
+    try:
+        async with sched.use(a, {}, None) as old:
+            tables["a"] = 'kv_cache_type = "q4_0"'  # a reload, while a request holds the runner
+            waiting = asyncio.ensure_future(sched.load(a, {}, None))
+            await asyncio.sleep(0.3)
+            assert not waiting.done() and old.runner.alive and not old.unloading  # never mid-request
+            assert await generate(old, 2) == "The quick"
+        new = await asyncio.wait_for(waiting, 20)
+        assert new is not old and "--cache-type-k q4_0" in cmdline(new)
+        assert list(sched.loaded.values()) == [new]  # replaced, not doubled
+        assert not old.runner.alive
+    finally:
+        await sched.shutdown()
+
+
+async def test_unload_finds_a_runner_started_with_settings_since_changed(tmp_path, tiny_gguf):
+    tables = {"a": "n_cpu_moe = 1"}
+    sched = settings_scheduler(tmp_path, tables)
+    a = stored("a", tiny_gguf)
+    try:
+        await sched.load(a, {}, None)
+        tables["a"] = "n_cpu_moe = 2"
+        assert await sched.unload(a, wait=True) is True
+        assert not sched.loaded
+    finally:
+        await sched.shutdown()
