@@ -4,6 +4,8 @@
                                   the tensor names llama.cpp expects, so llama-quantize accepts it
     write_gguf(path, arch, kv, tensors)   anything else: any architecture's key/values, chosen tensors
     write_qwen3_reranker_gguf(path)       a one-block Qwen3 reranker (random weights) llama-server scores
+    write_sized_llama_gguf(path, ...)     a llama model of any shape (no tokenizer), with each part's byte count,
+                                          for the memory estimate's tests
 """
 
 from __future__ import annotations
@@ -98,6 +100,73 @@ def write_llama_gguf(path: Path, *, file_type: int = 1, dtype: type = np.float16
         kv["tokenizer.chat_template"] = chat_template
     kv.update(extra_kv or {})
     return write_gguf(path, "llama", kv, llama_tensors(dtype, seed), general_type=general_type)
+
+
+# -- llama models of any shape, with the byte counts the memory estimate should find ------------------------------
+F32, F16, Q8_0 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0
+
+
+def _sized_tensor(writer: gguf.GGUFWriter, name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> int:
+    """Add a tensor of GGUF shape (ne0, ne1) = `shape`; returns its size in bytes."""
+    data = np.random.default_rng(0).standard_normal(tuple(reversed(shape))).astype(np.float32)
+    if qtype == F32:
+        writer.add_tensor(name, data)
+    elif qtype == F16:
+        writer.add_tensor(name, data.astype(np.float16))
+    else:
+        writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    return int(np.prod(shape)) // block * type_size
+
+
+def write_sized_llama_gguf(
+    path: Path,
+    *,
+    blocks: int = 2,
+    embd: int = 64,
+    heads: int = 4,
+    heads_kv: int | list[int] = 2,
+    ff: int = 128,
+    vocab: int = 96,
+    ctx: int = 256,
+    tied: bool = False,
+    matrix_type: gguf.GGMLQuantizationType = F16,
+    arch: str = "llama",
+    extra_kv: dict[str, int] | None = None,
+    projector: bool = False,
+) -> dict[str, int | list[int]]:
+    """A model of any shape with llama's tensor names and no tokenizer (Q8_0 token embeddings, F32 norms,
+    `matrix_type` matrices); returns each part's bytes: token_embd, layers (one count per block), output_norm,
+    output (0 when tied), projector (a stray vision tensor when asked for, else 0)."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(blocks)
+    w.add_embedding_length(embd)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads_kv)
+    w.add_context_length(ctx)
+    w.add_vocab_size(vocab)
+    for key, value in (extra_kv or {}).items():
+        w.add_uint32(key.format(arch=arch), value)
+    head_dim = embd // heads
+    kv_dim = (heads_kv if isinstance(heads_kv, int) else max(heads_kv)) * head_dim
+    sizes: dict[str, int | list[int]] = {"token_embd": _sized_tensor(w, "token_embd.weight", (embd, vocab), Q8_0)}
+    layers = []
+    for il in range(blocks):
+        n = 0
+        for name, shape in [("attn_norm", (embd,)), ("ffn_norm", (embd,))]:
+            n += _sized_tensor(w, f"blk.{il}.{name}.weight", shape, F32)
+        for name, shape in [("attn_q", (embd, embd)), ("attn_k", (embd, kv_dim)), ("attn_v", (embd, kv_dim)),
+                            ("attn_output", (embd, embd)), ("ffn_gate", (embd, ff)), ("ffn_up", (embd, ff)),
+                            ("ffn_down", (ff, embd))]:
+            n += _sized_tensor(w, f"blk.{il}.{name}.weight", shape, matrix_type)
+        layers.append(n)
+    sizes["layers"] = layers
+    sizes["output_norm"] = _sized_tensor(w, "output_norm.weight", (embd,), F32)
+    sizes["output"] = 0 if tied else _sized_tensor(w, "output.weight", (embd, vocab), F16)
+    sizes["projector"] = _sized_tensor(w, "v.blk.0.attn_q.weight", (embd, embd), F16) if projector else 0
+    _finish(w, {}, path)
+    return sizes
 
 
 # -- raw headers, byte by byte: for files GGUFWriter would never write (lying counts, deep nesting) -------------

@@ -40,7 +40,7 @@ from tests.conftest import (
     stop_serve,
     write_tiny_gguf,
 )
-from tests.integration.test_no_orphans import is_gone, runner_processes, start_fake_serve, wait_gone
+from tests.helpers.processes import is_gone, runner_processes, start_fake_serve, wait_gone
 
 BUSY = "server busy, please try again.  maximum pending requests exceeded"
 FAKE_SENTENCE = "The quick brown fox jumps over the lazy dog".split()

@@ -3,8 +3,8 @@ the runners with it (PR_SET_PDEATHSIG), even one still loading.
 
 `serve` runs as a real subprocess (`python -m ollama_py serve`). The fast tests give it a runners directory
 whose llama-server is the fake (tests/fakes/fake_llama_server.py, exec'd by a two-line script, so the runner
-process is the fake itself); the integration tests use the real llama-server and SmolLM2.
-`start_fake_serve` is shared with the other reliability tests.
+process is the fake itself); the integration tests use the real llama-server and SmolLM2. `start_fake_serve` and
+the runner-process helpers are in tests/helpers/processes.py.
 """
 
 from __future__ import annotations
@@ -14,87 +14,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import requests
 
-from tests.conftest import (
-    FAKE_SERVER,
-    create_from_file,
-    create_tiny_model,
-    make_settings,
-    required_path,
-    start_serve,
-    stop_serve,
-)
-
-GONE_WAIT_SECONDS = 15.0
-
-
-def fake_runners_dir(tmp: Path) -> Path:
-    """A runners directory with one variant, "cpu", whose llama-server execs the fake."""
-    variant = tmp / "runners" / "cpu"
-    variant.mkdir(parents=True, exist_ok=True)
-    script = variant / "llama-server"
-    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SERVER}" "$@"\n')
-    script.chmod(0o755)
-    return tmp / "runners"
-
-
-def start_fake_serve(tmp: Path, gguf: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    """`serve` over the fake runner, with the tiny model created as "tiny"; FAKE_* settings go in env."""
-    create_tiny_model(make_settings(tmp), gguf)
-    proc, url, _ = start_serve(tmp, {"OLLAMA_RUNNERS_DIR": str(fake_runners_dir(tmp)), **(env or {})})
-    return proc, url
-
-
-def runner_processes(serve_pid: int) -> list[psutil.Process]:
-    """serve's llama-server children: the real binary or the fake."""
-    try:
-        children = psutil.Process(serve_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            if child.name() == "llama-server" or any(str(FAKE_SERVER) in part for part in child.cmdline()):
-                out.append(child)
-    return out
-
-
-def is_gone(proc: psutil.Process) -> bool:
-    """Exited: no such process, or a zombie nobody has reaped yet (it runs nothing and holds no port)."""
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_gone(procs: list[psutil.Process], seconds: float = GONE_WAIT_SECONDS) -> list[psutil.Process]:
-    """Those of procs still running after up to `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        left = [p for p in procs if not is_gone(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return [p for p in procs if not is_gone(p)]
-
-
-def wait_for_runners(serve_pid: int, count: int, seconds: float = 30.0) -> list[psutil.Process]:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = runner_processes(serve_pid)
-        if len(found) >= count:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"expected {count} runner(s) under serve, found {runner_processes(serve_pid)}")
+from tests.conftest import create_from_file, required_path, start_serve, stop_serve
+from tests.helpers.processes import is_gone, start_fake_serve, wait_for_runners, wait_gone
 
 
 def send(proc: subprocess.Popen, how: str) -> None:

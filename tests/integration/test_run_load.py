@@ -10,7 +10,7 @@ import pexpect
 import pytest
 
 from tests.conftest import stop_serve
-from tests.integration.test_no_orphans import start_fake_serve
+from tests.helpers.processes import start_fake_serve
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,8 @@
 - `page`: a fresh browser context (its own localStorage and sessionStorage) and page.
 - `fake_console`: the real app, in a thread of this process, over the fake llama-server, with the tiny model
   as `tiny`; call it with FAKE_* variables for the fake and Settings overrides. Returns a `Console` handle.
-- `shoot(page, name)`: a screenshot to docs/ui/<name>.png when OLLAMA_PY_UI_SCREENSHOTS=1 (see the README).
+
+The tests take the README's screenshots with `shoot` (tests/helpers/screens.py).
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ROOT, create_tiny_model, fake_scheduler, make_settings
+from tests.conftest import create_tiny_model, fake_scheduler, make_settings
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SCREENSHOTS = ROOT / "docs" / "ui"
 # How long an expectation waits for the page to show something: a bound for a slow machine, not a speed claim.
 expect.set_options(timeout=60_000)
 
@@ -65,12 +65,6 @@ def page(browser: Any) -> Iterator[Any]:
         yield pg
     finally:
         context.close()
-
-
-def shoot(page: Any, name: str) -> None:
-    if os.environ.get("OLLAMA_PY_UI_SCREENSHOTS") == "1":
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from tests.ui.conftest import shoot
+from tests.helpers.screens import shoot
 
 pytestmark = pytest.mark.browser
 

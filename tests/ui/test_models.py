@@ -17,8 +17,8 @@ from ollama_py.api.names import parse_name
 from ollama_py.store.models import ModelStore
 from ollama_py.store.registry import RegistryOptions, push_model
 from tests.conftest import create_tiny_model, make_settings, write_tiny_gguf
+from tests.helpers.screens import shoot
 from tests.registry_fixture import BlobProxy, Rule, registry
-from tests.ui.conftest import shoot
 
 __all__ = ["registry"]  # the fixture, imported for pytest
 pytestmark = pytest.mark.browser

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.ui.conftest import shoot
+from tests.helpers.screens import shoot
 
 pytestmark = pytest.mark.browser
 

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, Too
 from langchain_core.tools import tool
 from langchain_ollama import ChatOllama
 
-from tests.unit.test_tool_streaming import CALL, WORDS, serve, tools_gguf  # noqa: F401  (fixtures)
+from tests.helpers.tool_calls import CALL, WORDS
 
 
 @tool
@@ -23,8 +23,8 @@ def chat(url: str, model: str = "tiny", **kw: Any) -> Any:
     return ChatOllama(model=model, base_url=url, **kw).bind_tools([get_weather])
 
 
-async def test_bound_tool_is_called(serve: Callable[..., Any]) -> None:  # noqa: F811
-    url = await serve(FAKE_REPLY=CALL)
+async def test_bound_tool_is_called(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY=CALL)
     message = await chat(url).ainvoke("What is the weather in Paris?")
     assert isinstance(message, AIMessage)
     assert [(c["name"], c["args"]) for c in message.tool_calls] == [("get_weather", {"city": "Paris"})]
@@ -35,15 +35,15 @@ async def test_bound_tool_is_called(serve: Callable[..., Any]) -> None:  # noqa:
     assert isinstance(follow_up, AIMessage)
 
 
-async def test_text_streams_token_by_token_with_a_tool_bound(serve: Callable[..., Any]) -> None:  # noqa: F811
-    chunks = [c async for c in chat(await serve()).astream("Hello")]
+async def test_text_streams_token_by_token_with_a_tool_bound(tools_server: Callable[..., Any]) -> None:
+    chunks = [c async for c in chat(await tools_server()).astream("Hello")]
     assert all(isinstance(c, AIMessageChunk) for c in chunks)
     assert [c.content for c in chunks if c.content] == WORDS
     assert not any(c.tool_calls for c in chunks)
 
 
-async def test_a_streamed_tool_call_after_text(serve: Callable[..., Any]) -> None:  # noqa: F811
-    url = await serve(FAKE_REPLY="Let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
+async def test_a_streamed_tool_call_after_text(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="Let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
     chunks = [c async for c in chat(url).astream("What is the weather in Paris?")]
     assert [c.content for c in chunks if c.content] == ["Let me", " check. "]
     whole = chunks[0]
@@ -53,8 +53,8 @@ async def test_a_streamed_tool_call_after_text(serve: Callable[..., Any]) -> Non
     assert [(c["name"], c["args"]) for c in whole.tool_calls] == [("get_weather", {"city": "Paris"})]
 
 
-async def test_thinking_streams_as_reasoning_with_a_tool_bound(serve: Callable[..., Any]) -> None:  # noqa: F811
-    url = await serve(FAKE_REPLY="<think>|Hmm,| Paris.|</think>|" + CALL, FAKE_REPLY_SPLIT="|")
+async def test_thinking_streams_as_reasoning_with_a_tool_bound(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="<think>|Hmm,| Paris.|</think>|" + CALL, FAKE_REPLY_SPLIT="|")
     chunks = [c async for c in chat(url, model="thinker", reasoning=True).astream("What is the weather in Paris?")]
     reasoning = [c.additional_kwargs.get("reasoning_content") for c in chunks]
     assert [r for r in reasoning if r] == ["Hmm,", " Paris."]

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
 from ollama_py.errors import InvalidOption
@@ -24,80 +22,16 @@ from ollama_py.estimate.memory import (
     place,
     shape_from_gguf,
 )
+from tests.fakes.gguf_files import write_sized_llama_gguf
 
 GiB = 1024 * MiB
-F32, F16, Q8_0 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0
 
 # --------------------------------------------------------------------------------------------- GGUF files
 
 
-def _tensor(writer: gguf.GGUFWriter, name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> int:
-    """Add a tensor of GGUF shape (ne0, ne1) = `shape`; returns its size in bytes."""
-    data = np.random.default_rng(0).standard_normal(tuple(reversed(shape))).astype(np.float32)
-    if qtype == F32:
-        writer.add_tensor(name, data)
-    elif qtype == F16:
-        writer.add_tensor(name, data.astype(np.float16))
-    else:
-        writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
-    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-    return int(np.prod(shape)) // block * type_size
-
-
-def write_llama(
-    path: Path,
-    *,
-    blocks: int = 2,
-    embd: int = 64,
-    heads: int = 4,
-    heads_kv: int | list[int] = 2,
-    ff: int = 128,
-    vocab: int = 96,
-    ctx: int = 256,
-    tied: bool = False,
-    matrix_type: gguf.GGMLQuantizationType = F16,
-    arch: str = "llama",
-    extra_kv: dict[str, int] | None = None,
-    projector: bool = False,
-) -> dict[str, int | list[int]]:
-    """A small model with llama's tensor names; returns the byte counts the test expects back."""
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(blocks)
-    w.add_embedding_length(embd)
-    w.add_feed_forward_length(ff)
-    w.add_head_count(heads)
-    w.add_head_count_kv(heads_kv)
-    w.add_context_length(ctx)
-    w.add_vocab_size(vocab)
-    for key, value in (extra_kv or {}).items():
-        w.add_uint32(key.format(arch=arch), value)
-    head_dim = embd // heads
-    kv_dim = (heads_kv if isinstance(heads_kv, int) else max(heads_kv)) * head_dim
-    sizes: dict[str, int | list[int]] = {"token_embd": _tensor(w, "token_embd.weight", (embd, vocab), Q8_0)}
-    layers = []
-    for il in range(blocks):
-        n = 0
-        for name, shape in [("attn_norm", (embd,)), ("ffn_norm", (embd,))]:
-            n += _tensor(w, f"blk.{il}.{name}.weight", shape, F32)
-        for name, shape in [("attn_q", (embd, embd)), ("attn_k", (embd, kv_dim)), ("attn_v", (embd, kv_dim)),
-                            ("attn_output", (embd, embd)), ("ffn_gate", (embd, ff)), ("ffn_up", (embd, ff)),
-                            ("ffn_down", (ff, embd))]:
-            n += _tensor(w, f"blk.{il}.{name}.weight", shape, matrix_type)
-        layers.append(n)
-    sizes["layers"] = layers
-    sizes["output_norm"] = _tensor(w, "output_norm.weight", (embd,), F32)
-    sizes["output"] = 0 if tied else _tensor(w, "output.weight", (embd, vocab), F16)
-    sizes["projector"] = _tensor(w, "v.blk.0.attn_q.weight", (embd, embd), F16) if projector else 0
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return sizes
-
-
 def test_shape_from_gguf(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
-    sizes = write_llama(path, blocks=3, projector=True)
+    sizes = write_sized_llama_gguf(path, blocks=3, projector=True)
     shape = shape_from_gguf(path)
     assert (shape.architecture, shape.block_count, shape.embedding_length, shape.head_count) == ("llama", 3, 64, 4)
     assert shape.head_count_kv == (2, 2, 2)
@@ -112,7 +46,7 @@ def test_shape_from_gguf(tmp_path: Path) -> None:
 
 
 def test_tied_output_counts_token_embd_for_the_output_layer(tmp_path: Path) -> None:
-    sizes = write_llama(tmp_path / "m.gguf", tied=True)
+    sizes = write_sized_llama_gguf(tmp_path / "m.gguf", tied=True)
     shape = shape_from_gguf(tmp_path / "m.gguf")
     assert shape.tied_output
     assert shape.output_bytes == shape.token_embd_bytes == sizes["token_embd"]
@@ -123,8 +57,8 @@ def test_tied_output_counts_token_embd_for_the_output_layer(tmp_path: Path) -> N
 
 
 def test_explicit_key_length_and_per_layer_kv_heads(tmp_path: Path) -> None:
-    write_llama(tmp_path / "m.gguf", blocks=3, heads_kv=[4, 2, 1],
-                extra_kv={"{arch}.attention.key_length": 32, "{arch}.attention.value_length": 24})
+    write_sized_llama_gguf(tmp_path / "m.gguf", blocks=3, heads_kv=[4, 2, 1],
+                           extra_kv={"{arch}.attention.key_length": 32, "{arch}.attention.value_length": 24})
     shape = shape_from_gguf(tmp_path / "m.gguf")
     assert shape.head_count_kv == (4, 2, 1)
     assert (shape.key_length, shape.value_length) == (32, 24)
@@ -133,7 +67,8 @@ def test_explicit_key_length_and_per_layer_kv_heads(tmp_path: Path) -> None:
 
 
 def test_sliding_window_layers_get_a_smaller_cache(tmp_path: Path) -> None:
-    write_llama(tmp_path / "m.gguf", arch="gemma3", blocks=7, extra_kv={"{arch}.attention.sliding_window": 512})
+    write_sized_llama_gguf(tmp_path / "m.gguf", arch="gemma3", blocks=7,
+                           extra_kv={"{arch}.attention.sliding_window": 512})
     shape = shape_from_gguf(tmp_path / "m.gguf")
     assert shape.swa_layers == (True,) * 5 + (False, True)  # gemma3: every 6th layer is global
     est = estimate(shape, num_ctx=8192, num_batch=512)
@@ -144,9 +79,9 @@ def test_sliding_window_layers_get_a_smaller_cache(tmp_path: Path) -> None:
 
 def test_shape_is_cached_until_the_file_changes(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
-    write_llama(path, blocks=2)
+    write_sized_llama_gguf(path, blocks=2)
     assert shape_from_gguf(path) is shape_from_gguf(path)
-    write_llama(path, blocks=3)
+    write_sized_llama_gguf(path, blocks=3)
     assert shape_from_gguf(path).block_count == 3
 
 

@@ -12,16 +12,9 @@ import pytest
 from ollama_py.errors import BadRequest
 from ollama_py.server import openai_translate as oai
 from ollama_py.server.completion import Final
+from tests.helpers.completions import final
 
 USER = [{"role": "user", "content": "hi"}]
-
-
-def final(**kw: Any) -> Final:
-    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_tokens=12, prompt_eval_duration=1,
-                                eval_count=5, eval_duration=1, total_duration=1, load_duration=0, text="hello")
-    return Final(**{**base, **kw})
-
-
 META = oai.ResponseMeta(id="chatcmpl-x", created=1700000000, model="smollm2:135m")
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from ollama_py.server.openapi import OPERATIONS, SCHEMAS, openapi_document
 from tests.conftest import stop_serve
-from tests.integration.test_no_orphans import start_fake_serve
+from tests.helpers.processes import start_fake_serve
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 

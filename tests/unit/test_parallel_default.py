@@ -18,7 +18,7 @@ from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.policy import choose_parallel
 from ollama_py.server.app import create_app
 from tests.conftest import create_tiny_model, fake_scheduler, make_settings
-from tests.unit.test_memory_estimate import write_llama
+from tests.fakes.gguf_files import write_sized_llama_gguf
 
 GiB = 1 << 30
 
@@ -63,7 +63,7 @@ def test_num_parallel_setting(env: dict[str, str], want: int) -> None:
 @pytest.fixture
 def model(tmp_path: Path) -> SimpleNamespace:
     path = tmp_path / "m.gguf"
-    write_llama(path, blocks=8, embd=256, ff=512, vocab=256, ctx=8192)
+    write_sized_llama_gguf(path, blocks=8, embd=256, ff=512, vocab=256, ctx=8192)
     return SimpleNamespace(model_path=path, adapters=(), projectors=(), name=SimpleNamespace(short="m"))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from ollama_py.errors import BadRequest
 from ollama_py.server import responses_translate as rt
-from tests.unit.test_openai_translate import final
+from tests.helpers.completions import final
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode()
 

@@ -10,7 +10,7 @@ import pytest
 from ollama_py.runner.argv import build_argv
 from ollama_py.scheduler.factory import plan_load
 from tests.conftest import make_settings
-from tests.unit.test_memory_estimate import write_llama
+from tests.fakes.gguf_files import write_sized_llama_gguf
 
 A, B = "127.0.0.1:50001", "127.0.0.1:50002"
 BLOCKS = 8
@@ -19,7 +19,7 @@ BLOCKS = 8
 @pytest.fixture
 def model(tmp_path: Path) -> SimpleNamespace:
     path = tmp_path / "m.gguf"
-    write_llama(path, blocks=BLOCKS, embd=256, ff=512, vocab=256)
+    write_sized_llama_gguf(path, blocks=BLOCKS, embd=256, ff=512, vocab=256)
     return SimpleNamespace(model_path=path, adapters=(), projectors=())
 
 

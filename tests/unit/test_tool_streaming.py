@@ -1,12 +1,12 @@
 """With `tools` in the request the answer still streams, on every route: text goes out token by token and only
 what may be the start of a tool call waits (issue 23: 1, 3, 5). The real app and scheduler over the fake
-llama-server, scripted with FAKE_REPLY; read through the official clients where they exist."""
+llama-server (the `tools_server` fixture, tests/unit/conftest.py), scripted with FAKE_REPLY; read through the
+official clients where they exist."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,10 +14,8 @@ import ollama
 import openai
 import pytest
 
-from ollama_py.server.app import create_app
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings, write_tiny_gguf
+from tests.helpers.tool_calls import CALL, WORDS
 
-CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
                                            "parameters": {"type": "object",
                                                           "properties": {"city": {"type": "string"}}}}}]
@@ -26,36 +24,6 @@ ANT_TOOLS = [{"name": "get_weather", "description": "The weather in a city",
 RESP_TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
-WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy"]  # the fake's default answer
-# A GGUF chat template that mentions tools gives the model the "tools" capability (no TEMPLATE: default tag).
-GGUF_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
-# A Go TEMPLATE with tools and thinking, writing past calls after <tool_call> as qwen's does.
-THINKING_TEMPLATE = (
-    "{{- if .Tools }}Tools:{{ range .Tools }} {{ .Function.Name }}{{ end }}\n{{ end }}"
-    "{{- range .Messages }}<|{{ .Role }}|>{{ if .Thinking }}<think>{{ .Thinking }}</think>{{ end }}{{ .Content }}"
-    '{{ range .ToolCalls }}<tool_call>{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}'
-    "</tool_call>{{ end }}\n{{ end }}<|assistant|>"
-)
-
-
-@pytest.fixture(scope="module")
-def tools_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tools.gguf", chat_template=GGUF_TEMPLATE)
-
-
-@pytest.fixture
-def serve(tmp_path: Path, tools_gguf: Path, aiohttp_server: Any) -> Callable[..., Any]:
-    """Start the app over the fake runner with these FAKE_* settings; gives its URL. Models: "tiny" (GGUF
-    template, no TEMPLATE) and "thinker" (the Go template above)."""
-
-    async def start(**fake_env: str) -> str:
-        settings = make_settings(tmp_path)
-        create_tiny_model(settings, tools_gguf, "tiny")
-        create_tiny_model(settings, tools_gguf, "thinker", template=THINKING_TEMPLATE)
-        server = await aiohttp_server(create_app(settings, scheduler=fake_scheduler(settings, fake_env)))
-        return str(server.make_url("")).rstrip("/")
-
-    return start
 
 
 async def native_chunks(url: str, model: str = "tiny", **kw: Any) -> list[Any]:
@@ -69,22 +37,22 @@ def oai_client(url: str) -> openai.AsyncOpenAI:
 
 # -- a text answer with tools bound: one chunk per token on every route ------------------------------------------
 
-async def test_native_chat_with_tools_streams_text_token_by_token(serve: Callable[..., Any]) -> None:
-    chunks = await native_chunks(await serve())
+async def test_native_chat_with_tools_streams_text_token_by_token(tools_server: Callable[..., Any]) -> None:
+    chunks = await native_chunks(await tools_server())
     assert [c.message.content for c in chunks if not c.done] == WORDS
     assert chunks[-1].done and not chunks[-1].message.tool_calls
 
 
-async def test_openai_chat_with_tools_streams_text_token_by_token(serve: Callable[..., Any]) -> None:
-    stream = await oai_client(await serve()).chat.completions.create(model="tiny", messages=ASK, tools=TOOLS,
+async def test_openai_chat_with_tools_streams_text_token_by_token(tools_server: Callable[..., Any]) -> None:
+    stream = await oai_client(await tools_server()).chat.completions.create(model="tiny", messages=ASK, tools=TOOLS,
                                                                       stream=True)
     chunks = [c async for c in stream]
     assert [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content] == WORDS
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
-async def test_anthropic_messages_with_tools_stream_text_token_by_token(serve: Callable[..., Any]) -> None:
-    client = anthropic.AsyncAnthropic(base_url=await serve(), api_key="x", max_retries=0)
+async def test_anthropic_messages_with_tools_stream_text_token_by_token(tools_server: Callable[..., Any]) -> None:
+    client = anthropic.AsyncAnthropic(base_url=await tools_server(), api_key="x", max_retries=0)
     async with client.messages.stream(model="tiny", max_tokens=64, messages=ASK, tools=ANT_TOOLS) as stream:
         deltas = [e.delta.text async for e in stream
                   if e.type == "content_block_delta" and e.delta.type == "text_delta"]
@@ -93,8 +61,8 @@ async def test_anthropic_messages_with_tools_stream_text_token_by_token(serve: C
     assert [b.type for b in message.content] == ["text"] and message.stop_reason == "end_turn"
 
 
-async def test_responses_with_tools_stream_text_token_by_token(serve: Callable[..., Any]) -> None:
-    client = oai_client(await serve())
+async def test_responses_with_tools_stream_text_token_by_token(tools_server: Callable[..., Any]) -> None:
+    client = oai_client(await tools_server())
     async with client.responses.stream(model="tiny", input="Weather in Paris?", tools=RESP_TOOLS) as stream:
         deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
         response = await stream.get_final_response()
@@ -104,8 +72,8 @@ async def test_responses_with_tools_stream_text_token_by_token(serve: Callable[.
 
 # -- text then a call; a call only; a prefix that turns out to be text ---------------------------------------------
 
-async def test_text_then_a_call_streams_the_text_and_keeps_it(serve: Callable[..., Any]) -> None:
-    url = await serve(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
+async def test_text_then_a_call_streams_the_text_and_keeps_it(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
     chunks = await native_chunks(url)
     assert [c.message.content for c in chunks if c.message.content] == ["Sure,", " let me", " check. "]
     [call_chunk] = [c for c in chunks if c.message.tool_calls]
@@ -119,8 +87,8 @@ async def test_text_then_a_call_streams_the_text_and_keeps_it(serve: Callable[..
     assert [c.function.name for c in whole.message.tool_calls] == ["get_weather"]
 
 
-async def test_openai_streams_many_content_deltas_then_a_tool_calls_delta(serve: Callable[..., Any]) -> None:
-    url = await serve(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
+async def test_openai_streams_many_content_deltas_then_a_tool_calls_delta(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
     stream = await oai_client(url).chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, stream=True)
     chunks = [c async for c in stream]
     kinds = ["content" if c.choices[0].delta.content else "call" if c.choices[0].delta.tool_calls else None
@@ -135,8 +103,8 @@ async def test_openai_streams_many_content_deltas_then_a_tool_calls_delta(serve:
     assert [c.function.name for c in whole.choices[0].message.tool_calls] == ["get_weather"]
 
 
-async def test_anthropic_keeps_the_text_before_a_tool_use(serve: Callable[..., Any]) -> None:
-    url = await serve(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
+async def test_anthropic_keeps_the_text_before_a_tool_use(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
     client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
     async with client.messages.stream(model="tiny", max_tokens=64, messages=ASK, tools=ANT_TOOLS) as stream:
         deltas = [e.delta.text async for e in stream
@@ -151,8 +119,8 @@ async def test_anthropic_keeps_the_text_before_a_tool_use(serve: Callable[..., A
         assert message.stop_reason == "tool_use"
 
 
-async def test_responses_keep_the_text_before_a_function_call(serve: Callable[..., Any]) -> None:
-    url = await serve(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
+async def test_responses_keep_the_text_before_a_function_call(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|")
     client = oai_client(url)
     async with client.responses.stream(model="tiny", input="Weather in Paris?", tools=RESP_TOOLS) as stream:
         deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
@@ -165,8 +133,8 @@ async def test_responses_keep_the_text_before_a_function_call(serve: Callable[..
         assert response.output[1].name == "get_weather"
 
 
-async def test_a_call_only_sends_no_text(serve: Callable[..., Any]) -> None:
-    chunks = await native_chunks(await serve(FAKE_REPLY=CALL))
+async def test_a_call_only_sends_no_text(tools_server: Callable[..., Any]) -> None:
+    chunks = await native_chunks(await tools_server(FAKE_REPLY=CALL))
     assert all(not c.message.content for c in chunks)
     assert [tc.function.name for c in chunks for tc in c.message.tool_calls or []] == ["get_weather"]
 
@@ -176,18 +144,18 @@ async def test_a_call_only_sends_no_text(serve: Callable[..., Any]) -> None:
     ("{| is a brace,| indeed", ["{ is a brace,", " indeed"]),
     ("Use <tool|_call>| tags", ["Use ", "<tool_call> tags"]),
 ], ids=["tag-prefix", "brace", "tag-without-json"])
-async def test_a_prefix_that_turns_out_to_be_text_is_released_as_text(serve: Callable[..., Any], reply: str,
+async def test_a_prefix_that_turns_out_to_be_text_is_released_as_text(tools_server: Callable[..., Any], reply: str,
                                                                        expected: list[str]) -> None:
-    chunks = await native_chunks(await serve(FAKE_REPLY=reply, FAKE_REPLY_SPLIT="|"))
+    chunks = await native_chunks(await tools_server(FAKE_REPLY=reply, FAKE_REPLY_SPLIT="|"))
     assert [c.message.content for c in chunks if c.message.content] == expected
     assert not any(c.message.tool_calls for c in chunks)
 
 
 # -- only declared tools are called ------------------------------------------------------------------------------
 
-async def test_json_naming_an_undeclared_tool_is_text(serve: Callable[..., Any]) -> None:
+async def test_json_naming_an_undeclared_tool_is_text(tools_server: Callable[..., Any]) -> None:
     reply = '{"name": "launch_rockets", "arguments": {"when": "now"}}'
-    url = await serve(FAKE_REPLY=reply)
+    url = await tools_server(FAKE_REPLY=reply)
     whole = await ollama.AsyncClient(host=url).chat(model="tiny", messages=ASK, tools=TOOLS)
     assert whole.message.content == reply and not whole.message.tool_calls
     oai = await oai_client(url).chat.completions.create(model="tiny", messages=ASK, tools=TOOLS)
@@ -195,8 +163,8 @@ async def test_json_naming_an_undeclared_tool_is_text(serve: Callable[..., Any])
     assert oai.choices[0].finish_reason == "stop"
 
 
-async def test_json_naming_a_declared_tool_is_a_call(serve: Callable[..., Any]) -> None:
-    url = await serve(FAKE_REPLY='{"name": "get_weather", "arguments": {"city": "Paris"}}')
+async def test_json_naming_a_declared_tool_is_a_call(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY='{"name": "get_weather", "arguments": {"city": "Paris"}}')
     whole = await ollama.AsyncClient(host=url).chat(model="tiny", messages=ASK, tools=TOOLS)
     assert whole.message.content == ""
     assert [(c.function.name, dict(c.function.arguments)) for c in whole.message.tool_calls] == [
@@ -205,8 +173,8 @@ async def test_json_naming_a_declared_tool_is_a_call(serve: Callable[..., Any]) 
 
 # -- thinking keeps streaming -------------------------------------------------------------------------------------
 
-async def test_thinking_and_text_stream_with_tools(serve: Callable[..., Any]) -> None:
-    url = await serve(FAKE_REPLY="<think>|Let me| think.|</think>|It is| sunny.|" + CALL, FAKE_REPLY_SPLIT="|")
+async def test_thinking_and_text_stream_with_tools(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="<think>|Let me| think.|</think>|It is| sunny.|" + CALL, FAKE_REPLY_SPLIT="|")
     chunks = await native_chunks(url, model="thinker", think=True)
     assert [c.message.thinking for c in chunks if c.message.thinking] == ["Let me", " think."]
     assert [c.message.content for c in chunks if c.message.content] == ["It is", " sunny."]

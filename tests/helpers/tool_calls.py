@@ -1,0 +1,20 @@
+"""A tool-calling model over the fake llama-server: its templates, a scripted call, the fake's default answer.
+
+The `tools_gguf` and `tools_server` fixtures (tests/unit/conftest.py) serve these models; the tool streaming
+tests and langchain-ollama's read what they answer.
+"""
+
+from __future__ import annotations
+
+# What the fake says when told FAKE_REPLY=CALL: a call in the <tool_call> form qwen's templates write.
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy"]  # the fake's default answer
+# A GGUF chat template that mentions tools gives the model the "tools" capability (no TEMPLATE: default tag).
+GGUF_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
+# A Go TEMPLATE with tools and thinking, writing past calls after <tool_call> as qwen's does.
+THINKING_TEMPLATE = (
+    "{{- if .Tools }}Tools:{{ range .Tools }} {{ .Function.Name }}{{ end }}\n{{ end }}"
+    "{{- range .Messages }}<|{{ .Role }}|>{{ if .Thinking }}<think>{{ .Thinking }}</think>{{ end }}{{ .Content }}"
+    '{{ range .ToolCalls }}<tool_call>{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}'
+    "</tool_call>{{ end }}\n{{ end }}<|assistant|>"
+)
