@@ -48,6 +48,21 @@ KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0"
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 # Flags ollama-py sets itself on every runner: an extra_args entry naming one would break the gateway's control.
 OWNED_FLAGS = frozenset({"--port", "--host", "--model", "-m", "--api-key", "--api-key-file"})
+# Flags ollama-py sets from its own plan (context per slot, slots, GPU layers, batch): one in extra_args would win
+# over the plan's (the last flag counts) unseen by the memory estimate and the context the server truncates to.
+# Each is refused with the setting that does the same through the plan.
+PLANNED_FLAGS = {
+    **dict.fromkeys(("-c", "--ctx-size"), "options = { num_ctx = N } (the context of each slot)"),
+    **dict.fromkeys(("-np", "--parallel"), "num_parallel = N"),
+    **dict.fromkeys(("-ngl", "--gpu-layers", "--n-gpu-layers"), "options = { num_gpu = N }"),
+    **dict.fromkeys(("-b", "--batch-size", "-ub", "--ubatch-size"), "options = { num_batch = N }"),
+}
+# Flags in extra_args that change memory and that the estimate reads (scheduler/model_settings.runner_memory)
+CPU_MOE_FLAGS = ("-cmoe", "--cpu-moe")
+N_CPU_MOE_FLAGS = ("-ncmoe", "--n-cpu-moe")
+DEVICE_FLAGS = ("-dev", "--device")
+CACHE_K_FLAGS = ("-ctk", "--cache-type-k")
+CACHE_V_FLAGS = ("-ctv", "--cache-type-v")
 
 
 def default_path() -> Path:
@@ -194,7 +209,7 @@ class ModelSettings:
     main_gpu: int | None = None
     split_mode: str | None = None
     tensor_split: tuple[float, ...] | None = None
-    reasoning_budget: int | None = None
+    reasoning_budget: int | None = None  # not a flag: the default of the request option (server/models.py)
     threads: int | None = None
     extra_args: tuple[str, ...] = ()
 
@@ -208,13 +223,19 @@ class ModelSettings:
 
 
 RUNNER_FIELDS = ("num_parallel", "kv_cache_type", "flash_attention", "n_cpu_moe", "device", "main_gpu", "split_mode",
-                 "tensor_split", "reasoning_budget", "threads", "extra_args")
+                 "tensor_split", "threads", "extra_args")
 
 
 def _int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError("must be a whole number")
     return value
+
+
+def _budget(value: object) -> int:
+    if _int(value) < -1:
+        raise ValueError("must be -1 (no limit) or more")
+    return int(value)  # type: ignore[call-overload]
 
 
 def _pos_int(value: object) -> int:
@@ -253,10 +274,29 @@ def _extra_args(value: object) -> tuple[str, ...]:
                                               for v in value):
         raise ValueError('must be a list of llama-server arguments (e.g. ["--top-nsigma", "1"])')
     args = tuple(str(v) for v in value)
-    for arg in args:
-        if flag_name(arg) in OWNED_FLAGS:
-            raise ValueError(f"{flag_name(arg)} is set by ollama-py itself and cannot be given here")
+    for i, arg in enumerate(args):
+        flag = flag_name(arg)
+        if flag in OWNED_FLAGS:
+            raise ValueError(f"{flag} is set by ollama-py itself and cannot be given here")
+        if flag in PLANNED_FLAGS:
+            raise ValueError(f"{flag} is planned by ollama-py (with the memory estimate) and cannot be given here: "
+                             f"set {PLANNED_FLAGS[flag]} in this table instead")
+        if flag in (*N_CPU_MOE_FLAGS, *DEVICE_FLAGS, *CACHE_K_FLAGS, *CACHE_V_FLAGS):
+            given = flag_value(args, i)
+            if given is None:
+                raise ValueError(f"{flag} needs a value")
+            if flag in N_CPU_MOE_FLAGS and not given.isdigit():
+                raise ValueError(f"{flag} {given}: must be a number of layers (0 or more)")
+            if flag in (*CACHE_K_FLAGS, *CACHE_V_FLAGS) and given not in KV_CACHE_TYPES:
+                raise ValueError(f"{flag} {given}: must be one of {', '.join(KV_CACHE_TYPES)}")
     return args
+
+
+def flag_value(args: tuple[str, ...], i: int) -> str | None:
+    """The value of the flag at args[i]: after its "=", else the next argument (None when there is none)."""
+    if "=" in args[i]:
+        return args[i].split("=", 1)[1]
+    return args[i + 1] if i + 1 < len(args) and not flag_name(args[i + 1]) else None
 
 
 def _options(value: object) -> dict[str, Any]:
@@ -285,7 +325,7 @@ MODEL_PARSERS: dict[str, Callable[[object], Any]] = {
     "aliases": _aliases, "keep_alive": _duration, "preload": _bool, "num_parallel": _pos_int,
     "options": _options, "kv_cache_type": _kv_type, "flash_attention": _flash_model, "n_cpu_moe": _uint,
     "device": _device, "main_gpu": _uint, "split_mode": _split_mode, "tensor_split": _tensor_split,
-    "reasoning_budget": _int, "threads": _pos_int, "extra_args": _extra_args,
+    "reasoning_budget": _budget, "threads": _pos_int, "extra_args": _extra_args,
 }
 MODEL_FIELDS = tuple(MODEL_PARSERS)
 

@@ -60,6 +60,10 @@ OPTION_TYPES: Mapping[str, type] = MappingProxyType(
         # ours: this model is a reranker (runs with llama-server's --reranking and answers /api/rerank), for a
         # GGUF whose metadata does not say so; false makes one that does an ordinary model. A Modelfile PARAMETER.
         "rerank": bool,
+        # ours (Ollama #10925): the most tokens a thinking model may think before its closing tag is forced
+        # (llama-server's reasoning budget); -1 no limit, 0 answer at once. Without it a `think` level sets one
+        # (template/thinking.py); a config file's reasoning_budget is the model's default.
+        "reasoning_budget": int,
     }
 )
 
@@ -89,6 +93,7 @@ DEFAULT_OPTIONS: Mapping[str, int | float | bool | None] = MappingProxyType(
         "draft_ngram": False,
         "rpc_servers": None,  # None: OLLAMA_RPC_SERVERS
         "rerank": None,  # None: the GGUF's metadata decides (GGUFInfo.is_reranker)
+        "reasoning_budget": None,  # None: the think level decides (none for true)
     }
 )
 
@@ -145,6 +150,7 @@ _RANGES: Mapping[str, tuple[float | None, float | None]] = MappingProxyType(
         "main_gpu": (0, None),
         "num_thread": (0, 4096),
         "draft_num_predict": (0, 64),
+        "reasoning_budget": (-1, None),
     }
 )
 

@@ -2,7 +2,8 @@
 
 `plan_with_settings` is the one place they take effect: slots, KV cache type and flash attention change what the
 memory estimate plans for (so they go in through Settings), a pinned GPU and threads through the load options,
-and the rest become llama-server flags (`runner_args`, pure). The settings' fingerprint joins the plan's load
+and the rest become llama-server flags (`runner_args`, pure); of those flags, the ones that move memory (experts
+kept on the CPU, the devices, the K and V cache types; in extra_args too) reach the estimate as `RunnerMemory`. The settings' fingerprint joins the plan's load
 options and the runner key (`runner_key`): two names on the same weights with different settings get runners of
 their own, and a model's runner started with settings since changed is replaced when it is next idle (the
 scheduler's lineage check), never mid-request.
@@ -20,11 +21,21 @@ import logging
 import re
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ollama_py.config import Settings
-from ollama_py.config_file import ModelSettings
+from ollama_py.config_file import (
+    CACHE_K_FLAGS,
+    CACHE_V_FLAGS,
+    CPU_MOE_FLAGS,
+    DEVICE_FLAGS,
+    N_CPU_MOE_FLAGS,
+    ModelSettings,
+    flag_name,
+    flag_value,
+)
 from ollama_py.runner import variants
 from ollama_py.scheduler.scheduler import LoadPlan
 
@@ -42,8 +53,6 @@ def runner_args(ms: ModelSettings) -> tuple[str, ...]:
         args += ["--device", ms.device]
     if ms.split_mode:
         args += ["--split-mode", ms.split_mode]  # after build_argv's own "--split-mode none": the last one counts
-    if ms.reasoning_budget is not None:
-        args += ["--reasoning-budget", str(ms.reasoning_budget)]
     return (*args, *ms.extra_args)
 
 
@@ -92,9 +101,46 @@ def runner_key(key: str, fingerprint: tuple[Any, ...]) -> str:
 
 
 def plan_with_settings(ms: ModelSettings, settings: Settings, options: dict[str, Any],
-                       plan: Callable[[Settings, dict[str, Any]], LoadPlan]) -> LoadPlan:
-    """plan(settings, options) (e.g. factory.plan_load) as this model's settings want it."""
-    return apply(plan(planning_settings(settings, ms), planning_options(options, ms)), ms)
+                       plan: Callable[[Settings, dict[str, Any], RunnerMemory], LoadPlan]) -> LoadPlan:
+    """plan(settings, options, memory) (e.g. factory.plan_load) as this model's settings want it."""
+    return apply(plan(planning_settings(settings, ms), planning_options(options, ms), runner_memory(ms)), ms)
+
+
+ALL_LAYERS = 1 << 30  # --cpu-moe: the experts of every block
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerMemory:
+    """What a model's runner flags change about where its memory goes, for the estimate (factory.plan_load): the
+    flags of its settings and of its extra_args, the last of a flag winning as in llama-server's own parsing."""
+
+    n_cpu_moe: int = 0  # blocks whose MoE experts stay in host memory (ALL_LAYERS for --cpu-moe)
+    devices: tuple[str, ...] | None = None  # --device: the only devices it may use; None: any, (): none
+    kv_type_k: str | None = None  # -ctk / -ctv: over the kv_cache_type setting for K / V
+    kv_type_v: str | None = None
+
+
+def runner_memory(ms: ModelSettings) -> RunnerMemory:
+    """The RunnerMemory of a model's runner flags (runner_args: its settings', then its extra_args). Pure."""
+    args = runner_args(ms)
+    n_cpu_moe, devices, kv_k, kv_v = 0, None, None, None
+    for i, arg in enumerate(args):
+        flag = flag_name(arg)
+        if flag in CPU_MOE_FLAGS:
+            n_cpu_moe = ALL_LAYERS
+            continue
+        value = flag_value(args, i)
+        if value is None:
+            continue
+        if flag in N_CPU_MOE_FLAGS and value.isdigit():
+            n_cpu_moe = max(n_cpu_moe, int(value))  # each one adds its overrides to llama-server's list
+        elif flag in DEVICE_FLAGS:
+            devices = () if value.strip() == "none" else tuple(d.strip() for d in value.split(",") if d.strip())
+        elif flag in CACHE_K_FLAGS:
+            kv_k = value
+        elif flag in CACHE_V_FLAGS:
+            kv_v = value
+    return RunnerMemory(n_cpu_moe, devices, kv_k, kv_v)
 
 
 # A flag column in llama-server's --help: "-t,    --threads N", "--spec-draft-type-k, -ctkd, --cache-type-k-draft TYPE"

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
 from ollama_py.server.completion import Final
 from ollama_py.server.requests import field as typed_field
@@ -30,12 +31,12 @@ Event = tuple[str, dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class MessagesParams:
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     options: dict[str, Any]
-    tools: list[dict[str, Any]] | None
+    tools: list[Tool] | None
     stream: bool
     estimated_input_tokens: int  # for message_start; the real count comes with message_delta
-    think: bool | None = None  # thinking {"type": "enabled"} / {"type": "disabled"}; budget_tokens not enforced
+    think: bool | None = None  # thinking {"type": "enabled"} / {"type": "disabled"} (budget_tokens: an option)
 
 
 def new_message_id() -> str:
@@ -60,7 +61,7 @@ def _image(source: Any) -> str:
     return data
 
 
-def _tool_result(block: dict[str, Any]) -> dict[str, Any]:
+def _tool_result(block: dict[str, Any]) -> Message:
     content = block.get("content")
     text, images = "", []
     if isinstance(content, str):
@@ -75,7 +76,7 @@ def _tool_result(block: dict[str, Any]) -> dict[str, Any]:
             elif item.get("type") == "image":
                 images.append(_image(item.get("source")))
         text = "".join(parts)
-    msg: dict[str, Any] = {"role": "tool", "content": text}
+    msg: Message = {"role": "tool", "content": text}
     if images:
         msg["images"] = images
     if isinstance(block.get("tool_use_id"), str):
@@ -83,7 +84,7 @@ def _tool_result(block: dict[str, Any]) -> dict[str, Any]:
     return msg
 
 
-def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
+def _convert_message(i: int, msg: Any) -> list[Message]:
     if not isinstance(msg, dict):
         raise BadRequest(f"messages[{i}] must be an object")
     role = msg.get("role")
@@ -96,8 +97,8 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
         raise BadRequest(f"messages[{i}].content must be a string or an array of content blocks")
     texts: list[str] = []
     images: list[str] = []
-    calls: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
+    results: list[Message] = []
     thoughts: list[str] = []
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
@@ -119,12 +120,12 @@ def _convert_message(i: int, msg: Any) -> list[dict[str, Any]]:
         elif kind == "thinking" and isinstance(block.get("thinking"), str):
             thoughts.append(block["thinking"])
         # redacted thinking, documents, server tools: not supported; dropped as Ollama drops unknown blocks
-    out: list[dict[str, Any]] = []
+    out: list[Message] = []
     if role == "user":
         out.extend(results)  # the answers to the previous turn's calls come before what the user adds
     text = "".join(texts)
     if text or images or calls:
-        m: dict[str, Any] = {"role": role, "content": text}
+        m: Message = {"role": role, "content": text}
         if thoughts and role == "assistant":
             m["thinking"] = "".join(thoughts)
         if images:
@@ -148,12 +149,12 @@ def _system(value: Any) -> str:
     raise BadRequest("system must be a string or an array of text blocks")
 
 
-def _tools(raw: Any) -> list[dict[str, Any]] | None:
+def _tools(raw: Any) -> list[Tool] | None:
     if not raw:
         return None
     if not isinstance(raw, list):
         raise BadRequest("tools must be an array")
-    out = []
+    out: list[Tool] = []
     for t in raw:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise BadRequest("each tool needs a name")
@@ -184,7 +185,7 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
         raise BadRequest("messages is required")
     if not isinstance(raw, list):
         raise BadRequest("messages must be an array")
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     if system := _system(body.get("system")):
         messages.append({"role": "system", "content": system})
     for i, msg in enumerate(raw):
@@ -198,9 +199,22 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
         if not all(isinstance(s, str) for s in stops):
             raise BadRequest("stop_sequences must be an array of strings")
         options["stop"] = stops
+    if (budget := _budget_tokens(body.get("thinking"))) is not None:
+        options["reasoning_budget"] = budget
     return MessagesParams(messages=messages, options=options, tools=_tools(body.get("tools")),
                           stream=typed_field(body, "stream", bool, False),
                           estimated_input_tokens=_estimate_tokens(body), think=_thinking(body.get("thinking")))
+
+
+def _budget_tokens(value: Any) -> int | None:
+    """thinking.budget_tokens of {"type": "enabled"}: the most tokens the model may think (the reasoning_budget
+    option, which llama-server enforces by closing the thinking block)."""
+    if not isinstance(value, dict) or value.get("type") != "enabled" or value.get("budget_tokens") is None:
+        return None
+    budget = value["budget_tokens"]
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise BadRequest("thinking.budget_tokens must be a non-negative integer")
+    return budget
 
 
 def _thinking(value: Any) -> bool | None:
@@ -230,7 +244,7 @@ def _usage(final: Final) -> dict[str, int]:
     return {"input_tokens": final.prompt_tokens, "output_tokens": final.eval_count}
 
 
-def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
+def _tool_use(call: ToolCall) -> dict[str, Any]:
     fn = call["function"]
     tool_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"
     return {"type": "tool_use", "id": tool_id, "name": fn["name"], "input": fn.get("arguments") or {}}

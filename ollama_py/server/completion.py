@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
 from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
@@ -22,7 +23,7 @@ from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import RequestStats, current_stats
 from ollama_py.server.rendering import render_off_loop
 from ollama_py.server.truncation import TOO_LONG, Fitted, cut_tokens, droppable, log_truncation, room_to_generate
-from ollama_py.template.thinking import ThinkingParser, infer_tags
+from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
 
 if TYPE_CHECKING:
@@ -55,8 +56,8 @@ class CompletionRequest:
     options: dict[str, Any]
     keep_alive: float | None = None
     prompt: str | None = None  # raw prompt (already templated)
-    messages: list[dict[str, Any]] | None = None  # chat: rendered with the model's template
-    tools: list[dict[str, Any]] | None = None
+    messages: list[Message] | None = None  # chat: rendered with the model's template
+    tools: list[Tool] | None = None
     format: Any = None  # "json" | JSON schema dict | None
     context: list[int] | None = None  # /api/generate's deprecated context
     want_context: bool = False
@@ -79,7 +80,7 @@ class Delta:
     tokens: list[int] | None = None
     probs: list[dict[str, Any]] | None = None
     thinking: str = ""
-    tool_calls: list[dict[str, Any]] | None = None  # calls completed by this event's text (requests with tools)
+    tool_calls: list[ToolCall] | None = None  # calls completed by this event's text (requests with tools)
 
 
 @dataclass(slots=True)
@@ -94,7 +95,7 @@ class Final:
     load_duration: int
     context: list[int] | None = None
     text: str = ""
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
     cache_n: int = 0
     stop_word: str | None = None  # the stop sequence that ended the text (Anthropic's stop_sequence)
     thinking: str = ""
@@ -154,11 +155,11 @@ def prompt_text(prompt: str | list[Any] | dict[str, Any]) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]
 
 
-def _place_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def _place_images(messages: list[Message]) -> tuple[list[Message], list[str]]:
     """Ollama's image tags: each image of a message takes the place of an "[img]" in its text, or goes in
     front of it; here the tag is llama-server's media marker, and the images are collected in prompt order."""
     images: list[str] = []
-    out = []
+    out: list[Message] = []
     for m in messages:
         if not m.get("images"):
             out.append(m)
@@ -174,7 +175,7 @@ def _place_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     return out, images
 
 
-def _oai_message(m: dict[str, Any]) -> dict[str, Any]:
+def _oai_message(m: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
     if m.get("tool_calls"):
         out["tool_calls"] = [
@@ -217,7 +218,7 @@ class _Collected:
     text: list[str | bytes] = field(default_factory=list)  # bytes: the lane's unescaped tokens, decoded at the end
     thinking: list[str] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)  # the generated token ids (want_context)
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     last_event: dict[str, Any] = field(default_factory=dict)  # the runner's stop event: timings, counts, reason
     fitted: Fitted | None = None
 
@@ -240,9 +241,9 @@ class _Split:
             calls = ToolCallParser(req.tools, await asyncio.to_thread(infer_tool_tag, req.model.template))
         return None if thinking is None and calls is None else cls(thinking, calls)
 
-    def add(self, content: str, stop: bool) -> tuple[str, str, list[dict[str, Any]]]:
+    def add(self, content: str, stop: bool) -> tuple[str, str, list[ToolCall]]:
         thought = ""
-        calls: list[dict[str, Any]] = []
+        calls: list[ToolCall] = []
         if self.thinking is not None:
             thought, content = self.thinking.add(content)
             if stop:
@@ -265,7 +266,26 @@ def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any
         body["return_tokens"] = True
     if req.logprobs is not None:
         body["n_probs"] = max(req.logprobs, 1)
+    body.update(_budget_fields(req, prompt))
     return body
+
+
+def _budget_fields(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> dict[str, Any]:
+    """llama-server's reasoning budget for a thinking completion that has one: after that many tokens inside
+    the thinking tags it forces the closing tag. When the prompt already opened the block, the opening is the
+    `generation_prompt` the budget starts counting from (else it waits to see the model open it)."""
+    budget = think_budget(req.think, req.options.get("reasoning_budget"), req.model.template) if req.thinks else None
+    if budget is None:
+        return {}
+    opening, closing = infer_tags(req.model.template or "")
+    # the message field is what arms the forcing (without it llama-server counts but never closes the block)
+    fields: dict[str, Any] = {"reasoning_budget_tokens": budget, "reasoning_budget_start_tag": opening,
+                              "reasoning_budget_end_tags": [closing], "reasoning_budget_message": ""}
+    if prompt_text(prompt).rstrip().endswith(opening):
+        # just the tag: whitespace after it would be fed to the sampler as if generated (and counted, or with a
+        # zero budget step the forced tag's tokens out of line)
+        fields["generation_prompt"] = opening
+    return fields
 
 
 async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split: _Split | None,
@@ -366,7 +386,7 @@ async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: Any, error:
     before = error.n_prompt_tokens
     add_special = not req.context
     messages = list(req.messages or [])
-    kept: list[dict[str, Any]] | None = None
+    kept: list[Message] | None = None
     while (i := droppable(messages)) is not None:
         del messages[i]
         kept = messages

@@ -6,12 +6,14 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
 
 from ollama_py.api.names import ModelName
 from ollama_py.api.options import validate_options
+from ollama_py.api.wire import Message, Tool
 from ollama_py.config import Settings, parse_duration
 from ollama_py.errors import BadRequest, ModelNotFound
 from ollama_py.scheduler.factory import model_shape
@@ -67,8 +69,8 @@ def _load(store: Any, name: ModelName) -> Any:
     return model
 
 
-def check_chat_capabilities(model: Any, raw_name: str, messages: list[dict[str, Any]],
-                            tools: list[dict[str, Any]] | None) -> None:
+def check_chat_capabilities(model: Any, raw_name: str, messages: Sequence[Message],
+                            tools: Sequence[Tool] | None) -> None:
     """What /api/chat refuses of a model, asked of the OpenAI and Anthropic chat routes too (one check, one text)."""
     caps = model.capabilities
     if "completion" not in caps:
@@ -96,7 +98,10 @@ def default_options(settings: Settings, live: LiveConfig | None, model: Any) -> 
     opts: dict[str, Any] = {"num_ctx": settings.context_length}
     opts.update(model.params or {})
     if live is not None:
-        opts.update(live.for_model(model).options)
+        ms = live.for_model(model)
+        if ms.reasoning_budget is not None:  # llama-server's flag is unseen by /completion: it goes per request
+            opts["reasoning_budget"] = ms.reasoning_budget
+        opts.update(ms.options)
     return opts
 
 

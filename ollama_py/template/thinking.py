@@ -13,6 +13,10 @@ import enum
 import re
 
 DEFAULT_TAGS = ("<think>", "</think>")
+
+# Tokens of thinking a `think` level allows on a model whose template does not take the level itself (its
+# template has no .ThinkLevel, so the level would otherwise mean plain `true`). "max": no budget.
+LEVEL_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16384, "max": None}
 _AROUND = re.compile(r"(<[^<>\s{}]+>)\s*\{\{-?\s*\.Thinking\s*-?\}\}\s*(</[^<>\s{}]+>)")
 
 
@@ -25,6 +29,19 @@ def infer_tags(template: str) -> tuple[str, str]:
 def uses_thinking(template: str | None) -> bool:
     """Ollama's thinking capability: the template refers to .Thinking (past thoughts in messages)."""
     return bool(template) and ".Thinking" in template  # type: ignore[operator]
+
+
+def think_budget(think: bool | str | None, reasoning_budget: int | None, template: str | None) -> int | None:
+    """The most tokens a completion may think, None for no limit. The `reasoning_budget` option (a request's,
+    else the model's) wins, -1 meaning none; else a level, unless the template takes levels itself (.ThinkLevel:
+    the model is told its effort in the prompt, as gpt-oss is)."""
+    if think is None or think is False:
+        return None
+    if reasoning_budget is not None:
+        return None if reasoning_budget < 0 else reasoning_budget
+    if isinstance(think, str) and ".ThinkLevel" not in (template or ""):
+        return LEVEL_BUDGETS.get(think)
+    return None
 
 
 class _State(enum.Enum):

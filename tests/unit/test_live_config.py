@@ -26,11 +26,11 @@ from tests.conftest import create_tiny_model, fake_runner_factory, make_settings
 def served(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
     """Start the app with this config file text (and fake runner env); returns (client, config path)."""
 
-    async def start(text: str, fake_env: dict[str, str] | None = None) -> tuple[Any, Path]:
+    async def start(text: str, fake_env: dict[str, str] | None = None, template: str | None = None) -> tuple[Any, Path]:
         path = tmp_path / "config.toml"
         path.write_text(text)
         settings = make_settings(tmp_path, config_file=path)
-        create_tiny_model(settings, tiny_gguf)
+        create_tiny_model(settings, tiny_gguf, template=template)
         live = LiveConfig(settings)
 
         def plan(model: Any, options: dict[str, Any], embedding: bool):
@@ -79,6 +79,17 @@ async def test_default_options_reach_the_runner(served, tmp_path: Path) -> None:
     body = [json.loads(line) for line in log_file.read_text().splitlines() if '"prompt"' in line][-1]
     assert body["temperature"] == 0.25  # the file's default
     assert body["top_k"] == 3  # the request's own value wins
+
+
+async def test_a_models_reasoning_budget_is_its_default(served, tmp_path: Path) -> None:
+    log_file = tmp_path / "requests.jsonl"
+    thinking = "{{ .Prompt }}{{ if .Thinking }}<think>{{ .Thinking }}</think>{{ end }}"
+    client, _ = await served('[models."tiny"]\nreasoning_budget = 50\n', {"FAKE_LOG_FILE": str(log_file)}, thinking)
+    await generate(client)
+    await generate(client, options={"reasoning_budget": 9})
+    sent = [json.loads(line) for line in log_file.read_text().splitlines() if '"prompt"' in line]
+    assert [b.get("reasoning_budget_tokens") for b in sent] == [50, 9]  # the file's default, then the request's
+    assert "--reasoning-budget" not in cmdline(client)
 
 
 async def test_a_models_keep_alive_is_its_default(served) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ollama_py.template.thinking import ThinkingParser, infer_tags, uses_thinking
+from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget, uses_thinking
 from tests.conftest import create_tiny_model, fake_scheduler, make_settings
 
 
@@ -71,6 +71,7 @@ async def client(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
     app = create_app(settings, scheduler=fake_scheduler(settings, {"FAKE_REPLY": REPLY, "FAKE_LOG_FILE": str(log)}))
     c = await aiohttp_client(app)
     c.prompts = lambda: [p for line in log.read_text().splitlines() if (p := json.loads(line).get("prompt"))]  # type: ignore
+    c.bodies = lambda: [b for line in log.read_text().splitlines() if "prompt" in (b := json.loads(line))]  # type: ignore
     return c
 
 
@@ -172,3 +173,75 @@ async def test_official_clients_see_the_thinking(client):
                                         thinking={"type": "enabled", "budget_tokens": 32})
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].thinking == "Let me think." and message.content[1].text == "Hello there."
+
+
+LEVELS = "{{ if .ThinkLevel }}Reasoning: {{ .ThinkLevel }}{{ end }}{{ .Thinking }}"
+
+
+@pytest.mark.parametrize(("think", "option", "template", "expected"), [
+    pytest.param(True, None, TEMPLATE, None, id="true-no-limit"),
+    pytest.param(False, 100, TEMPLATE, None, id="not-thinking"),
+    pytest.param(None, 100, TEMPLATE, None, id="unset"),
+    pytest.param("low", None, TEMPLATE, 1024, id="low"),
+    pytest.param("medium", None, TEMPLATE, 4096, id="medium"),
+    pytest.param("high", None, TEMPLATE, 16384, id="high"),
+    pytest.param("max", None, TEMPLATE, None, id="max-no-limit"),
+    pytest.param(True, 256, TEMPLATE, 256, id="option"),
+    pytest.param("high", 0, TEMPLATE, 0, id="option-wins-over-level"),
+    pytest.param("low", -1, TEMPLATE, None, id="option-minus-one-lifts-it"),
+    pytest.param("low", None, LEVELS, None, id="template-takes-the-level"),
+    pytest.param("low", 300, LEVELS, 300, id="option-even-where-template-takes-levels"),
+])
+def test_think_budget(think, option, template, expected):
+    assert think_budget(think, option, template) == expected
+
+
+def budget_of(body: dict) -> tuple:
+    return (body.get("reasoning_budget_tokens"), body.get("reasoning_budget_start_tag"),
+            body.get("reasoning_budget_end_tags"), body.get("reasoning_budget_message"), body.get("generation_prompt"))
+
+
+async def test_native_budget_reaches_the_runner(client):
+    chat = {"model": "thinker", "stream": False, "messages": [{"role": "user", "content": "hi"}]}
+    await client.post("/api/chat", json={**chat, "options": {"reasoning_budget": 7}})
+    assert budget_of(client.bodies()[-1]) == (7, "<think>", ["</think>"], "", None)  # the model opens the block
+    await client.post("/api/chat", json={**chat, "think": "low"})
+    assert budget_of(client.bodies()[-1])[0] == 1024
+    await client.post("/api/chat", json=chat)
+    assert "reasoning_budget_tokens" not in client.bodies()[-1]  # thinking as asked: no limit
+    await client.post("/api/generate", json={"model": "thinker", "prompt": "hi", "think": "medium", "stream": False})
+    assert budget_of(client.bodies()[-1])[0] == 4096
+    await client.post("/api/chat", json={**chat, "think": False, "options": {"reasoning_budget": 7}})
+    assert "reasoning_budget_tokens" not in client.bodies()[-1]  # not thinking: nothing to limit
+    bad = await client.post("/api/chat", json={**chat, "options": {"reasoning_budget": -2}})
+    assert bad.status == 400 and "reasoning_budget" in (await bad.json())["error"]
+
+
+async def test_openai_effort_and_anthropic_budget_tokens_reach_the_runner(client):
+    await client.post("/v1/chat/completions", json={
+        "model": "thinker", "reasoning_effort": "low", "messages": [{"role": "user", "content": "hi"}]})
+    assert budget_of(client.bodies()[-1])[0] == 1024
+    ask = {"model": "thinker", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    await client.post("/v1/messages", json={**ask, "thinking": {"type": "enabled", "budget_tokens": 40}})
+    assert budget_of(client.bodies()[-1]) == (40, "<think>", ["</think>"], "", None)
+    bad = await client.post("/v1/messages", json={**ask, "thinking": {"type": "enabled", "budget_tokens": -1}})
+    assert bad.status == 400
+    assert (await bad.json())["error"]["message"] == "thinking.budget_tokens must be a non-negative integer"
+
+
+async def test_budget_counts_from_a_block_the_prompt_opened(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
+    from ollama_py.server.app import create_app
+
+    settings = make_settings(tmp_path)
+    opened = TEMPLATE.replace("{{ if and .IsThinkSet (not .Think) }}", "{{ if .Think }}<think>\n{{ else }}")
+    create_tiny_model(settings, tiny_gguf, "opener", template=opened)
+    log = tmp_path / "requests.jsonl"
+    app = create_app(settings, scheduler=fake_scheduler(settings, {"FAKE_REPLY": "plan</think> answer",
+                                                                   "FAKE_LOG_FILE": str(log)}))
+    c = await aiohttp_client(app)
+    body = await (await c.post("/api/chat", json={"model": "opener", "stream": False, "options": {
+        "reasoning_budget": 3}, "messages": [{"role": "user", "content": "hi"}]})).json()
+    assert body["message"]["thinking"] == "plan" and body["message"]["content"] == "answer"
+    sent = json.loads(log.read_text().splitlines()[-1])
+    assert sent["prompt"].endswith("<think>\n")
+    assert budget_of(sent) == (3, "<think>", ["</think>"], "", "<think>")
