@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py.api.names import ModelName, parse_name
+from ollama_py.api.wire import ListModelResponse
 from ollama_py.config import Settings
 from ollama_py.config_file import ConfigFile, ModelSettings, check_extra_args, is_glob, read_config
 from ollama_py.errors import ConfigError, OllamaError
@@ -84,7 +85,7 @@ class LiveConfig:
     def alias_target(self, name: ModelName) -> ModelName | None:
         return self.config.models.aliases().get(name.key())
 
-    def with_aliases(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def with_aliases(self, entries: list[ListModelResponse]) -> list[ListModelResponse]:
         """/api/tags entries plus one per alias, a copy of its model's entry under the alias's name (as Ollama
         lists a copy made by `ollama cp`). A stored model of the alias's name shadows the alias."""
         by_key = {parse_name(e["name"]).key(): e for e in entries}

@@ -20,8 +20,9 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
+from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
 from ollama_py.server.completion import Final
 from ollama_py.server.logprobs import entries as logprob_entries
@@ -39,10 +40,10 @@ _GO_TYPES = {type(None): "<nil>", bool: "bool", int: "float64", float: "float64"
 class ChatParams:
     """A /v1/chat/completions request, translated."""
 
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     options: dict[str, Any]  # Ollama option names, not yet merged with the model's PARAMETERs
     format: Any  # None | "json" | JSON schema
-    tools: list[dict[str, Any]] | None
+    tools: list[Tool] | None
     stream: bool
     include_usage: bool
     top_logprobs: int | None  # None: no logprobs; else how many alternatives per token (0..20)
@@ -167,11 +168,11 @@ def image_data(url: Any) -> str:
     return data
 
 
-def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+def _tool_calls(calls: Any) -> list[ToolCall]:
     """OpenAI tool calls (arguments as a JSON string) -> native ones (arguments as an object)."""
     if not isinstance(calls, list):
         raise BadRequest("invalid tool calls")
-    out = []
+    out: list[ToolCall] = []
     for call in calls:
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
@@ -186,7 +187,7 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
             args = {}
         if not isinstance(args, dict):
             raise BadRequest("invalid tool call arguments")
-        native: dict[str, Any] = {"function": {"name": fn["name"], "arguments": args}}
+        native: ToolCall = {"function": {"name": fn["name"], "arguments": args}}
         if isinstance(call.get("id"), str):
             native["id"] = call["id"]
         out.append(native)
@@ -202,13 +203,21 @@ def _tool_name(messages: Sequence[Any], call_id: str) -> str:
     return ""
 
 
-def chat_messages(raw: Any) -> list[dict[str, Any]]:
+class _Carried(TypedDict, total=False):
+    """What each native message made from one OpenAI message carries besides its role and content."""
+
+    thinking: str
+    tool_call_id: str
+    tool_name: str
+
+
+def chat_messages(raw: Any) -> list[Message]:
     """OpenAI messages -> native messages. A content-part array becomes one message per part, as Ollama does."""
     if raw is None or raw == []:
         raise BadRequest("[] is too short - 'messages'")
     if not isinstance(raw, list):
         raise BadRequest("json: cannot unmarshal messages: expected an array of messages")
-    out: list[dict[str, Any]] = []
+    out: list[Message] = []
     for i, msg in enumerate(raw):
         if not isinstance(msg, dict):
             raise BadRequest(f"messages[{i}] must be an object")
@@ -219,7 +228,7 @@ def chat_messages(raw: Any) -> list[dict[str, Any]]:
         if role not in _ROLES:
             raise BadRequest(f"invalid role {msg['role']!r} in messages[{i}]: "
                              "must be one of system, developer, user, assistant, tool")
-        extra: dict[str, Any] = {}
+        extra: _Carried = {}
         if role == "assistant" and isinstance(msg.get("reasoning"), str) and msg["reasoning"]:
             extra["thinking"] = msg["reasoning"]  # an earlier answer's thoughts, for templates that show them
         if role == "tool":
@@ -232,12 +241,12 @@ def chat_messages(raw: Any) -> list[dict[str, Any]]:
         calls = _tool_calls(msg["tool_calls"]) if msg.get("tool_calls") else None
         content = msg.get("content")
         if isinstance(content, str) or (content is None and calls):
-            m = {"role": role, "content": content or "", **extra}
+            m: Message = {"role": role, "content": content or "", **extra}
             if calls:
                 m["tool_calls"] = calls
             out.append(m)
         elif isinstance(content, list):
-            parts: list[dict[str, Any]] = []
+            parts: list[Message] = []
             for part in content:
                 kind = part.get("type") if isinstance(part, dict) else None
                 if kind == "text" and isinstance(part.get("text"), str):
@@ -256,7 +265,7 @@ def chat_messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def check_tools(tools: Any) -> list[dict[str, Any]] | None:
+def check_tools(tools: Any) -> list[Tool] | None:
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list) or not all(
@@ -360,7 +369,7 @@ def finish_reason(final: Final) -> str:
     return "tool_calls" if final.tool_calls else final.done_reason
 
 
-def tool_calls(native: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def tool_calls(native: list[ToolCall]) -> list[dict[str, Any]]:
     """Native tool calls -> OpenAI's, arguments as a JSON string."""
     out = []
     for i, call in enumerate(native):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ollama_py.api.wire import Message, Tool
 from ollama_py.errors import TemplateError
 from ollama_py.template.prompt import is_parsed, parse_prompt_template, render_prompt
 
@@ -41,8 +42,8 @@ async def warm_template(template: str | None) -> None:
             pass
 
 
-async def render_off_loop(template: str, *, messages: Sequence[Mapping[str, Any]],
-                          tools: Sequence[Mapping[str, Any]] | None, suffix: str | None,
+async def render_off_loop(template: str, *, messages: Sequence[Message], tools: Sequence[Tool] | None,
+                          suffix: str | None,
                           think: bool | str | None) -> str:
     """prompt.render_prompt in a thread; raises TemplateError (a 400) for a template that fails or passes a
     limit."""

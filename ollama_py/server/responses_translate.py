@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ollama_py.api.wire import Message, Tool, ToolCall, ToolFunction
 from ollama_py.errors import BadRequest
 from ollama_py.server import openai_translate as oai
 from ollama_py.server.completion import Final
@@ -28,10 +29,10 @@ Event = tuple[str, dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class ResponsesParams:
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     options: dict[str, Any]
     format: Any
-    tools: list[dict[str, Any]] | None  # in the chat form {"type": "function", "function": {...}}
+    tools: list[Tool] | None  # in the chat form {"type": "function", "function": {...}}
     think: bool | str | None
     stream: bool
     echo: dict[str, Any]  # the request's settings, repeated in every response object
@@ -44,7 +45,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
             raise BadRequest(f"{key} is not supported: responses are not stored; send the whole conversation "
                              "as input")
     instructions = field(body, "instructions", str, "") or ""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    messages: list[Message] = [{"role": "system", "content": instructions}] if instructions else []
     messages += _input_messages(body.get("input"))
     if not messages:
         raise BadRequest("input is required")
@@ -93,7 +94,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
                            stream=field(body, "stream", bool, False), echo=echo)
 
 
-def _input_messages(raw: Any) -> list[dict[str, Any]]:
+def _input_messages(raw: Any) -> list[Message]:
     """`input`: a string (one user message) or a list of items (messages, function calls and their outputs,
     reasoning) -> native chat messages."""
     if raw is None or raw == "":
@@ -102,7 +103,7 @@ def _input_messages(raw: Any) -> list[dict[str, Any]]:
         return [{"role": "user", "content": raw}]
     if not isinstance(raw, list):
         raise BadRequest("input must be a string or array")
-    out: list[dict[str, Any]] = []
+    out: list[Message] = []
     pending_thinking = ""  # a reasoning item belongs to the assistant message after it
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
@@ -114,7 +115,7 @@ def _input_messages(raw: Any) -> list[dict[str, Any]]:
                 raise BadRequest(f"input[{i}]: invalid role {item.get('role')!r}: "
                                  "must be one of user, system, developer, assistant")
             text, images = _content(item.get("content"), f"input[{i}]")
-            msg: dict[str, Any] = {"role": role, "content": text}
+            msg: Message = {"role": role, "content": text}
             if images:
                 msg["images"] = images
             if role == "assistant" and pending_thinking:
@@ -173,7 +174,7 @@ def _content(raw: Any, where: str) -> tuple[str, list[str]]:
     return text, images
 
 
-def _function_call(item: dict[str, Any], i: int) -> dict[str, Any]:
+def _function_call(item: dict[str, Any], i: int) -> ToolCall:
     name, args = item.get("name"), item.get("arguments") or ""
     if not isinstance(name, str) or not isinstance(args, str):
         raise BadRequest(f"input[{i}]: a function_call needs a name and arguments (a JSON string)")
@@ -183,13 +184,13 @@ def _function_call(item: dict[str, Any], i: int) -> dict[str, Any]:
         raise BadRequest(f"input[{i}]: failed to parse function call arguments") from None
     if not isinstance(parsed, dict):
         raise BadRequest(f"input[{i}]: function call arguments must be a JSON object")
-    call: dict[str, Any] = {"function": {"name": name, "arguments": parsed}}
+    call: ToolCall = {"function": {"name": name, "arguments": parsed}}
     if isinstance(item.get("call_id"), str):
         call["id"] = item["call_id"]
     return call
 
 
-def _tool_name(messages: list[dict[str, Any]], call_id: str) -> str:
+def _tool_name(messages: list[Message], call_id: str) -> str:
     for m in reversed(messages):
         for call in m.get("tool_calls") or []:
             if call.get("id") == call_id:
@@ -197,17 +198,17 @@ def _tool_name(messages: list[dict[str, Any]], call_id: str) -> str:
     return ""
 
 
-def _tools(raw: Any) -> list[dict[str, Any]] | None:
+def _tools(raw: Any) -> list[Tool] | None:
     """Responses tools ({"type", "name", "parameters"}) -> chat tools ({"type", "function": {...}})."""
     if not raw:
         return None
     if not isinstance(raw, list):
         raise BadRequest("tools must be an array")
-    tools = []
+    tools: list[Tool] = []
     for i, t in enumerate(raw):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or t.get("type", "function") != "function":
             raise BadRequest(f'tools[{i}] must be a {{"type": "function", "name": ...}} object')
-        fn: dict[str, Any] = {"name": t["name"], "description": t.get("description") or ""}
+        fn: ToolFunction = {"name": t["name"], "description": t.get("description") or ""}
         if t.get("parameters") is not None:
             fn["parameters"] = t["parameters"]
         tools.append({"type": "function", "function": fn})

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from ollama_py.api.names import is_valid_digest, parse_name
 from ollama_py.api.options import format_params
+from ollama_py.api.wire import ShowResponse
 from ollama_py.errors import BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
 from ollama_py.server.keys import CONFIG, SCHEDULER, SETTINGS, STORE
@@ -81,7 +82,7 @@ async def show(request: web.Request) -> web.Response:
                          template=template, system=system, parameters=model.params, messages=model.messages,
                          licenses=model.licenses, adapters=[str(a) for a in model.adapters],
                          draft=str(model.draft_path) if model.draft_path else None)
-    out: dict[str, Any] = {
+    out: ShowResponse = {
         "license": "\n".join(model.licenses),
         "modelfile": serialize_modelfile(mf, header=model.name.short),
         "parameters": format_params(model.params) if model.params else "",
@@ -99,7 +100,7 @@ async def show(request: web.Request) -> web.Response:
         """(In a thread.) A verbose answer carries the whole vocabulary: megabytes of JSON to build and write."""
         out["model_info"] = model_info(info, verbose) if info else {}
         if verbose and info:
-            out["tensors"] = [{"name": n, "type": t, "shape": s} for n, t, s in info.tensors]
+            out["tensors"] = [{"name": n, "type": t, "shape": list(s)} for n, t, s in info.tensors]
         return json.dumps(out)
 
     return web.Response(text=await asyncio.to_thread(encoded), content_type="application/json")

@@ -5,12 +5,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, cast
 
 from aiohttp import web
 
 from ollama_py import __version__
+from ollama_py.api.wire import (
+    ChatResponse,
+    EmbedResponse,
+    GenerateResponse,
+    Message,
+    Metrics,
+    ProcessModelResponse,
+    Tool,
+)
 from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings, logprobs
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
@@ -36,8 +45,8 @@ async def version(request: web.Request) -> web.Response:
     return web.json_response({"version": __version__})
 
 
-def _metrics(final: Final) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _metrics(final: Final) -> Metrics:
+    out: Metrics = {
         "total_duration": final.total_duration,
         "load_duration": final.load_duration,
         "prompt_eval_count": final.prompt_eval_count,
@@ -50,32 +59,30 @@ def _metrics(final: Final) -> dict[str, Any]:
     return out
 
 
-async def _load_or_unload(request: web.Request, model: Any, opts: dict[str, Any], ka: float | None,
-                          name: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """An empty prompt loads the model; with keep_alive 0 it unloads it (Ollama's done_reason load/unload)."""
+async def _load_or_unload(request: web.Request, model: Any, opts: dict[str, Any], ka: float | None) -> str:
+    """An empty prompt loads the model; with keep_alive 0 it unloads it: Ollama's done_reason load/unload."""
     scheduler = request.app[SCHEDULER]
     if ka == 0:
         await scheduler.unload(model)
-        reason = "unload"
-    else:
-        await scheduler.load(model, opts, ka)
-        reason = "load"
-    return {"model": name, "created_at": now_rfc3339(), **extra, "done": True, "done_reason": reason}
+        return "unload"
+    await scheduler.load(model, opts, ka)
+    return "load"
 
 
 def _streaming(body: dict[str, Any]) -> bool:
     return field(body, "stream", bool, True)
 
 
-async def _reply(request: web.Request, body: dict[str, Any], events: AsyncIterator[dict[str, Any]],
-                 lane: Lane | None = None):
+async def _reply(request: web.Request, body: dict[str, Any],
+                 events: AsyncIterator[GenerateResponse] | AsyncIterator[ChatResponse],
+                 lane: Lane | None = None) -> web.StreamResponse:
     if _streaming(body):
         return await ndjson(request, events, lane)
     items = await collect(events)
     return web.json_response(_merge(items))
 
 
-def _merge(items: list[dict[str, Any]]) -> dict[str, Any]:
+def _merge(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """stream:false: the final object with the streamed text (and log-probabilities) concatenated."""
     final = dict(items[-1])
     probs = [e for i in items for e in i.get("logprobs", ())]
@@ -127,7 +134,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
         raise BadRequest(f'"{raw_name}" does not support insert')
     opts = merged_options(request, model, body.get("options"))
     if not prompt and not images:
-        return web.json_response(await _load_or_unload(request, model, opts, ka, raw_name, {"response": ""}))
+        reason = await _load_or_unload(request, model, opts, ka)
+        answer: GenerateResponse = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
+                                    "done_reason": reason}
+        return web.json_response(answer)
 
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             context=context or None, want_context=not raw, suffix=suffix, images=images,
@@ -137,14 +147,16 @@ async def generate(request: web.Request) -> web.StreamResponse:
         req.prompt = prompt
     else:
         sys_text = system if system is not None else model.system
-        req.messages = ([{"role": "system", "content": sys_text}] if sys_text else []) + [
-            {"role": "user", "content": prompt}]
+        system_message: list[Message] = [{"role": "system", "content": sys_text}] if sys_text else []
+        req.messages = [*system_message, {"role": "user", "content": prompt}]
 
-    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"model": raw_name, "created_at": created_at or now_rfc3339(), "response": text}
+    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> GenerateResponse:
+        at = created_at or now_rfc3339()
+        out: GenerateResponse
         if thinking:
-            out["thinking"] = thinking
-        out["done"] = False
+            out = {"model": raw_name, "created_at": at, "response": text, "thinking": thinking, "done": False}
+        else:
+            out = {"model": raw_name, "created_at": at, "response": text, "done": False}
         if probs:
             out["logprobs"] = logprobs.entries(probs, top or 0)
         return out
@@ -152,13 +164,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if _streaming(body) and top is None:  # log-probabilities take the ordinary path
         req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
 
-    async def events() -> AsyncIterator[dict[str, Any]]:
+    async def events() -> AsyncIterator[GenerateResponse]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
                 yield chunk(ev.text, ev.thinking, probs=ev.probs if top is not None else None)
             else:
-                out = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
-                       "done_reason": ev.done_reason}
+                out: GenerateResponse = {"model": raw_name, "created_at": now_rfc3339(), "response": "",
+                                         "done": True, "done_reason": ev.done_reason}
                 if ev.context is not None:
                     out["context"] = ev.context
                 out.update(_metrics(ev))
@@ -186,12 +198,13 @@ def _check_think(body: dict[str, Any], model: Any, raw_name: str) -> None:
         raise BadRequest(f'"{raw_name}" does not support thinking')
 
 
-def _check_messages(messages: Any) -> list[dict[str, Any]]:
+def _check_messages(messages: Any) -> list[Message]:
+    """A client's messages: role, content, images and tool calls checked; the rest passed on as sent."""
     if messages is None:
         return []
     if not isinstance(messages, list):
         raise BadRequest('json: cannot unmarshal messages: expected an array of messages')
-    out = []
+    out: list[Message] = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise BadRequest(f"messages[{i}] must be an object")
@@ -210,11 +223,11 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
                 isinstance(c, dict) and isinstance(c.get("function"), dict)
                 and isinstance(c["function"].get("name"), str) for c in calls)):
             raise BadRequest(f"messages[{i}].tool_calls is invalid")
-        out.append(m)
+        out.append(cast(Message, m))
     return out
 
 
-def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
+def _check_tools(tools: Any) -> list[Tool] | None:
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
@@ -223,9 +236,9 @@ def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
     return tools
 
 
-def chat_messages(model: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def chat_messages(model: Any, messages: list[Message]) -> list[Message]:
     """The model's MESSAGE layers first; its SYSTEM unless the conversation brings its own."""
-    out = list(model.messages or []) + messages
+    out = cast("list[Message]", list(model.messages or [])) + messages
     if model.system and not any(m.get("role") == "system" for m in out):
         out.insert(0, {"role": "system", "content": model.system})
     return out
@@ -250,17 +263,20 @@ async def chat(request: web.Request) -> web.StreamResponse:
         raise BadRequest(f'"{raw_name}" does not support vision')
     opts = merged_options(request, model, body.get("options"))
     if not messages:
-        return web.json_response(await _load_or_unload(
-            request, model, opts, ka, raw_name, {"message": {"role": "assistant", "content": ""}}))
+        reason = await _load_or_unload(request, model, opts, ka)
+        answer: ChatResponse = {"model": raw_name, "created_at": now_rfc3339(),
+                                "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": reason}
+        return web.json_response(answer)
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
                             logprobs=top, started=started, truncate=field(body, "truncate", bool, True))
 
-    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> dict[str, Any]:
-        delta = {"role": "assistant", "content": text}
+    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> ChatResponse:
+        delta: Message = {"role": "assistant", "content": text}
         if thinking:
             delta["thinking"] = thinking
-        out = {"model": raw_name, "created_at": created_at or now_rfc3339(), "message": delta, "done": False}
+        out: ChatResponse = {"model": raw_name, "created_at": created_at or now_rfc3339(), "message": delta,
+                             "done": False}
         if probs:
             out["logprobs"] = logprobs.entries(probs, top or 0)
         return out
@@ -268,7 +284,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if _streaming(body) and not tools and top is None:  # log-probabilities take the ordinary path
         req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
 
-    async def events() -> AsyncIterator[dict[str, Any]]:
+    async def events() -> AsyncIterator[ChatResponse]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
                 probs = ev.probs if top is not None else None
@@ -304,11 +320,12 @@ async def embed(request: web.Request) -> web.Response:
     opts = merged_options(request, model, body.get("options"))
     result = await embeddings.embed(request.app[SCHEDULER], model, opts, ka, inputs, truncate=truncate,
                                     dimensions=dimensions)
-    return web.json_response({
+    reply: EmbedResponse = {
         "model": raw_name, "embeddings": result.vectors,
         "total_duration": int((time.perf_counter() - started) * 1e9),
         "load_duration": result.load_duration, "prompt_eval_count": result.prompt_tokens,
-    })
+    }
+    return web.json_response(reply)
 
 
 @routes.post("/api/embeddings")
@@ -335,11 +352,11 @@ def _expires_at(loaded: Any) -> float:
     return time.time() + loaded.session_duration
 
 
-def ps_entry(loaded: Any) -> dict[str, Any]:
+def ps_entry(loaded: Any) -> ProcessModelResponse:
     """One loaded model as /api/ps lists it (and /api/load ends with)."""
     m = loaded.model
     queued, active = queue_counts(loaded)
-    entry = {
+    entry: ProcessModelResponse = {
         "name": loaded.name, "model": loaded.name, "size": _or(loaded.actual_size, loaded.plan.size),
         "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
         "expires_at": rfc3339(_expires_at(loaded)),

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py.api.names import parse_name
+from ollama_py.api.wire import Message
 from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings
 from ollama_py.server import openai_translate as oai
@@ -132,7 +133,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if params.stream:
             return await sse(request, _one(oai.text_chunk(meta, "", "load")))
         return web.json_response(oai.text_completion(meta, "", None, "load"))
-    system = [{"role": "system", "content": model.system}] if model.system else []
+    system: list[Message] = [{"role": "system", "content": model.system}] if model.system else []
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, suffix=params.suffix,
                             messages=[*system, {"role": "user", "content": params.prompt}],
                             logprobs=params.logprobs, started=started)

@@ -13,7 +13,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
 from aiohttp import web
@@ -292,7 +292,7 @@ def ndjson_line(obj: Any) -> bytes:
     return (dumps(obj) + "\n").encode()
 
 
-async def ndjson(request: web.Request, events: AsyncIterator[dict[str, Any]],
+async def ndjson(request: web.Request, events: AsyncIterator[Mapping[str, Any]],
                  lane: Lane | None = None) -> web.StreamResponse:
     return await stream_response(
         request, events, content_type="application/x-ndjson", encode=ndjson_line,

@@ -13,8 +13,11 @@ context, else an eighth of the context. With `truncate: false` the request is re
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ollama_py.api.wire import Message
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,7 @@ TOO_LONG = "the input length exceeds the context length"
 @dataclass(frozen=True, slots=True)
 class Fitted:
     prompt: str | list[Any]  # the new prompt for /completion: rendered text, or token ids
-    messages: list[dict[str, Any]] | None  # the messages kept, when messages were dropped
+    messages: list[Message] | None  # the messages kept, when messages were dropped
     tokens_before: int
     tokens_after: int
 
@@ -44,7 +47,7 @@ def cut_tokens(tokens: list[int], limit: int, num_keep: int) -> list[int]:
     return tokens[:keep] + tokens[len(tokens) - (limit - keep):]
 
 
-def droppable(messages: list[dict[str, Any]]) -> int | None:
+def droppable(messages: Sequence[Message]) -> int | None:
     """Index of the oldest message that may go: not a system message, not the latest message."""
     for i, m in enumerate(messages[:-1]):
         if m.get("role") != "system":

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ollama_py.api.names import ModelName
+from ollama_py.api.wire import ListModelResponse, ModelDetails
 from ollama_py.errors import ModelNotFound, NotFound, OllamaError
 from ollama_py.store.blobs import BlobStore, canonical_digest
 from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
@@ -115,7 +116,7 @@ class Model:
         return self.info is not None and self.info.is_reranker
 
     @property
-    def details(self) -> dict[str, Any]:
+    def details(self) -> ModelDetails:
         cfg = self.config
         families = cfg.get("model_families")
         return {
@@ -225,9 +226,9 @@ class ModelStore:
         assert info is not None
         return info
 
-    def list_models(self) -> list[dict[str, Any]]:
+    def list_models(self) -> list[ListModelResponse]:
         """The /api/tags entries, most recently modified first."""
-        entries: list[tuple[float, dict[str, Any]]] = []
+        entries: list[tuple[float, ListModelResponse]] = []
         for name, manifest, mtime in self.manifests.list():
             cfg = self._read_config(manifest)
             families = cfg.get("model_families")

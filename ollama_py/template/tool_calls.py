@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ollama_py.api.wire import ToolCall
 from ollama_py.errors import OllamaError
 from ollama_py.template.prompt import render_prompt
 
@@ -141,9 +142,9 @@ class ToolCallParser:
         self._checked = False
         self._count = 0
 
-    def add(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+    def add(self, text: str) -> tuple[str, list[ToolCall]]:
         out: list[str] = []
-        calls: list[dict[str, Any]] = []
+        calls: list[ToolCall] = []
         buf, self._held = self._held + text, ""
         while buf:
             if self._state is _State.TEXT:
@@ -154,7 +155,7 @@ class ToolCallParser:
                 buf = self._after(buf)
         return "".join(out), calls
 
-    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+    def finish(self) -> tuple[str, list[ToolCall]]:
         """The end of the answer: a partial tag, an unfinished call or whitespace alone are text after all
         (a JSON value that was complete enough to parse still becomes a call); a partial closing tag is dropped."""
         held, self._held = self._held, ""
@@ -202,7 +203,7 @@ class ToolCallParser:
         self._scan = _JsonEnd()
         self._checked = False
 
-    def _call(self, buf: str, out: list[str], calls: list[dict[str, Any]]) -> str:
+    def _call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
         """`buf`: everything since the tag (or the JSON's first character)."""
         if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
             body = buf.lstrip()
@@ -259,7 +260,7 @@ class ToolCallParser:
 
     # -- values ---------------------------------------------------------------------------------------------------
 
-    def _calls(self, raw: str) -> list[dict[str, Any]]:
+    def _calls(self, raw: str) -> list[ToolCall]:
         """The calls a complete JSON value makes, or none when any part of it is not a call to a declared tool."""
         try:
             value = json.loads(raw)
@@ -279,7 +280,7 @@ class ToolCallParser:
             self._count += 1
         return calls
 
-    def _call_of(self, item: Any) -> dict[str, Any] | None:
+    def _call_of(self, item: Any) -> ToolCall | None:
         if not isinstance(item, dict):
             return None
         fn = item.get("function", item)
@@ -298,7 +299,7 @@ class ToolCallParser:
 
 
 def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]], tag: str = DEFAULT_TAG
-                     ) -> tuple[str, list[dict[str, Any]]]:
+                     ) -> tuple[str, list[ToolCall]]:
     """A whole answer at once: (its text, its calls)."""
     parser = ToolCallParser(tools, tag)
     text_now, calls = parser.add(text)
