@@ -15,6 +15,7 @@ Blocking: the server calls these through asyncio.to_thread (or once at start-up,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -97,3 +98,24 @@ def runner_gpus(devices: list[RunnerDevice], library: str) -> list[GpuInfo]:
     return [GpuInfo(index=d.index, uuid=d.name, name=d.description or d.name, library=library, total=d.total,
                     free=d.free, compute="", driver="")
             for d in devices if LIBRARIES.get(d.backend) == library]
+
+
+def device_names(gpu: GpuInfo) -> frozenset[str]:
+    """What `--device` may call this GPU, lower-cased: its backend's name and index (CUDA0, Vulkan1, MTL0, ...),
+    and the runner's own name for it when it came from `--list-devices` (runner_gpus keeps it as the uuid)."""
+    names = {f"{backend}{gpu.index}".lower() for backend, library in LIBRARIES.items() if library == gpu.library}
+    return frozenset({*names, gpu.uuid.lower()})
+
+
+def pinned_gpus(gpus: list[GpuInfo], names: tuple[str, ...] | None) -> list[GpuInfo]:
+    """The GPUs a `--device` list leaves a runner, in the list's order and indexed by their place in it (what
+    llama.cpp's --main-gpu and --tensor-split then count). None: every GPU, as they are; () (`none`): no GPU. A
+    name that matches no GPU here is left out (llama-server itself refuses a device it does not have)."""
+    if names is None:
+        return gpus
+    chosen: list[GpuInfo] = []
+    for name in names:
+        gpu = next((g for g in gpus if name.strip().lower() in device_names(g) and g not in chosen), None)
+        if gpu is not None:
+            chosen.append(gpu)
+    return [dataclasses.replace(g, index=i) for i, g in enumerate(chosen)]

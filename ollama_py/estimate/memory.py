@@ -4,7 +4,8 @@ Four parts, all pure except `shape_from_gguf`, which reads a GGUF file's header 
 
 - `ModelShape`: the numbers from GGUF metadata that decide memory (layer sizes, heads, vocab, ...).
 - `estimate(shape, num_ctx=..., ...) -> Estimate`: weights, KV cache, compute graph and output buffers,
-  modelled on what llama.cpp (the llama-cpp-python 0.3.36 vendored tree) allocates.
+  modelled on what llama.cpp (the llama-cpp-python 0.3.36 vendored tree) allocates; `n_cpu_moe` keeps the
+  expert tensors of the first N blocks in host memory however many layers are offloaded (`--n-cpu-moe`).
 - `place(estimate, gpus, ...) -> Placement`: `--n-gpu-layers`, the GPUs used and `--tensor-split`,
   following llama.cpp's own layer assignment (the last N layers are offloaded, the output layer counts
   as one, and offloaded layers are cut into contiguous runs by the split fractions).
@@ -58,6 +59,8 @@ _PROJECTOR_PREFIXES = ("v.", "mm.", "a.", "mm_")
 # the mapped file stays mapped, so these weights cost their size twice in host memory.
 REPACKED_TYPES = frozenset({"Q4_0", "Q4_K", "IQ4_NL"})
 _PAD = 256  # llama.cpp pads context sizes to 256 cells
+# MoE expert tensors, as llama.cpp's LLM_FFN_EXPS_REGEX (common.h) finds them for --cpu-moe / --n-cpu-moe
+_EXPERTS_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 
 
 def _pad(n: int, to: int = _PAD) -> int:
@@ -90,6 +93,7 @@ class ModelShape:
     sliding_window: int = 0
     swa_layers: tuple[bool, ...] = ()
     repack_bytes: int = 0  # block weights of REPACKED_TYPES
+    layer_expert_bytes: tuple[int, ...] = ()  # MoE expert tensors of blk.N (part of layer_bytes); () when dense
 
 
 class TensorEntry(NamedTuple):
@@ -117,11 +121,20 @@ class Estimate:
     repack: int  # CPU_REPACK copies of block weights, when the CPU backend repacks
     n_ctx: int  # KV cells in all, after llama.cpp's padding
     n_batch: int  # the physical batch the graph is sized for
+    # weights of each block that stay in host memory even when the block is offloaded (--n-cpu-moe's experts)
+    layer_host: tuple[int, ...] = ()
 
     @property
     def layers(self) -> tuple[int, ...]:
-        """What offloading each block costs: its weights plus its KV cache."""
+        """What each block costs where it runs: its weights plus its KV cache."""
         return tuple(w + k for w, k in zip(self.layer_weights, self.layer_kv, strict=True))
+
+    @property
+    def offloaded_layers(self) -> tuple[int, ...]:
+        """What offloading each block costs on its GPU: `layers` less what stays in host memory."""
+        if not self.layer_host:
+            return self.layers
+        return tuple(n - h for n, h in zip(self.layers, self.layer_host, strict=True))
 
     @property
     def total(self) -> int:
@@ -211,6 +224,7 @@ def shape_from_metadata(kv: Mapping[str, object], tensors: Iterable[TensorEntry]
     window = _int(kv, f"{arch}.attention.sliding_window")
 
     layer_bytes = [0] * n_layer
+    expert_bytes = [0] * n_layer
     output = output_norm = token_embd = other = projector = repack = 0
     has_output = False
     for name, n_bytes, type_name, rows in tensors:
@@ -218,6 +232,8 @@ def shape_from_metadata(kv: Mapping[str, object], tensors: Iterable[TensorEntry]
             il = int(m.group(1))
             if il < n_layer:
                 layer_bytes[il] += n_bytes
+                if _EXPERTS_RE.search(name):
+                    expert_bytes[il] += n_bytes
                 if type_name in REPACKED_TYPES and rows % 8 == 0:
                     repack += n_bytes
             else:  # e.g. next-token-prediction blocks past block_count: loaded with the output layer
@@ -258,6 +274,7 @@ def shape_from_metadata(kv: Mapping[str, object], tensors: Iterable[TensorEntry]
         sliding_window=window,
         swa_layers=_swa_layers(kv, arch, n_layer, window),
         repack_bytes=repack,
+        layer_expert_bytes=tuple(expert_bytes) if any(expert_bytes) else (),
     )
 
 
@@ -291,6 +308,8 @@ def estimate(
     projector_bytes: int = 0,
     cpu_repack: bool = False,
     kv_unified: bool = False,
+    kv_type_v: str | None = None,
+    n_cpu_moe: int = 0,
 ) -> Estimate:
     """What llama-server allocates for `-c num_ctx*num_parallel -np num_parallel -ub num_batch`.
 
@@ -299,12 +318,17 @@ def estimate(
 
     Quantized KV types need flash attention in llama.cpp; without it the cache is f16 (Ollama does the same),
     so pass the kv_type you will actually give llama-server together with the flash_attn you give it.
+    `kv_type` is the K cache's type and, unless `kv_type_v` says otherwise (`-ctv`), the V cache's.
     `cpu_repack`: the runner is an x86 AVX2 CPU build, which keeps a repacked copy of some weights.
+    `n_cpu_moe` (`--n-cpu-moe`; the block count or more for `--cpu-moe`): the MoE expert tensors of the first
+    n_cpu_moe blocks stay in host memory when their block is offloaded (Estimate.layer_host).
     """
-    if kv_type not in KV_BYTES:
-        raise InvalidOption(f"unsupported KV cache type {kv_type!r} (use one of {', '.join(KV_BYTES)})")
-    if not flash_attn and kv_type not in ("f16", "f32", "bf16"):
-        kv_type = "f16"
+    kv_types = [kv_type, kv_type if kv_type_v is None else kv_type_v]
+    for i, name in enumerate(kv_types):
+        if name not in KV_BYTES:
+            raise InvalidOption(f"unsupported KV cache type {name!r} (use one of {', '.join(KV_BYTES)})")
+        if not flash_attn and name not in ("f16", "f32", "bf16"):
+            kv_types[i] = "f16"
     parallel = max(num_parallel, 1)
     requested = max(num_ctx, 1) * parallel
     # llama.cpp: n_ctx padded to 256; each sequence gets its own stream of pad(n_ctx/n_seq) cells, or with a
@@ -313,7 +337,7 @@ def estimate(
     cells = n_ctx_seq if kv_unified else n_ctx_seq * parallel
     streams = 1 if kv_unified else parallel
     n_batch = min(num_batch, requested)  # n_ubatch = min(n_batch, n_ctx as requested)
-    per_elem = KV_BYTES[kv_type]
+    per_k, per_v = KV_BYTES[kv_types[0]], KV_BYTES[kv_types[1]]
 
     layer_kv = []
     if not shape.sliding_window:
@@ -324,9 +348,9 @@ def estimate(
         swa_cells = _pad(min(n_ctx_seq, shape.sliding_window + n_batch)) * parallel
     for il in range(shape.block_count):
         n_kv_heads = shape.head_count_kv[il] if il < len(shape.head_count_kv) else 0
-        width = n_kv_heads * (shape.key_length + shape.value_length)
+        width = n_kv_heads * (shape.key_length * per_k + shape.value_length * per_v)
         n = swa_cells if il < len(shape.swa_layers) and shape.swa_layers[il] else cells
-        layer_kv.append(int(width * n * per_elem))
+        layer_kv.append(int(width * n))
 
     # Compute graph: see the module docstring for where these terms come from.
     n_embd, n_kv = shape.embedding_length, n_ctx_seq
@@ -352,6 +376,7 @@ def estimate(
     weights = sum(shape.layer_bytes) + shape.token_embd_bytes + shape.other_bytes + shape.output_norm_bytes
     if not shape.tied_output:
         weights += shape.output_bytes
+    layer_host = tuple(e if il < n_cpu_moe else 0 for il, e in enumerate(shape.layer_expert_bytes))
     return Estimate(
         layer_weights=shape.layer_bytes,
         layer_kv=tuple(layer_kv),
@@ -367,6 +392,7 @@ def estimate(
         repack=shape.repack_bytes if cpu_repack else 0,
         n_ctx=cells,
         n_batch=n_batch,
+        layer_host=layer_host if any(layer_host) else (),
     )
 
 
@@ -377,7 +403,7 @@ def _offloaded(est: Estimate, k: int) -> list[int]:
     """Sizes of the layers `-ngl k` puts on GPUs, in llama.cpp's order: the last k-1 blocks, then output."""
     if k <= 0:
         return []
-    blocks = est.layers
+    blocks = est.offloaded_layers
     return list(blocks[len(blocks) - (k - 1) :]) + [est.output_layer] if k > 1 else [est.output_layer]
 
 
@@ -497,18 +523,22 @@ def _result(
     n_blocks = len(est.layer_weights)
     on_cpu = n_blocks - max(k - 1, 0)
     full = k >= n_blocks + 1
+    kept = sum(est.layer_host[on_cpu:])  # offloaded blocks' experts that stay in host memory (--n-cpu-moe)
     host = (
         est.input_weights
         + sum(est.layers[:on_cpu])
+        + kept
         + (est.repack * on_cpu // n_blocks if n_blocks else 0)
         + (0 if k >= 1 else est.output_layer_host)
-        + (est.graph_host if full else est.graph)
+        # the CPU computes what it holds: with experts kept there, its compute buffer is a partial offload's
+        + (est.graph_host if full and not kept else est.graph)
         + est.output_buffer
     )
     vram = sum(gpu_bytes)
     # Ollama reports a fully offloaded model as all VRAM (its CLI then prints "100% GPU"), although
-    # llama.cpp keeps the input embeddings in host memory; host_bytes/gpu_bytes keep the real split.
-    size, size_vram = (vram + host, vram + host) if full else (vram + host, vram)
+    # llama.cpp keeps the input embeddings in host memory; host_bytes/gpu_bytes keep the real split. Experts
+    # kept in host memory are no such detail: that model is reported split.
+    size, size_vram = (vram + host, vram + host) if full and not kept else (vram + host, vram)
     # With several GPUs visible, an explicit split (zeros for unused GPUs) keeps llama.cpp from spreading
     # the layers over every device by free memory, its default.
     split = [float(counts.get(g.index, 0)) for g in sorted(gpus, key=lambda g: g.index)] if len(gpus) > 1 else None

@@ -55,13 +55,18 @@ def _shape_of_stored(model: Any) -> memory.ModelShape:
 
 def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int, model: Any,
               options: dict[str, Any], embedding: bool,
-              workers_free: Callable[[tuple[str, ...]], dict[str, int]] = lambda servers: {}) -> LoadPlan:
+              workers_free: Callable[[tuple[str, ...]], dict[str, int]] = lambda servers: {},
+              runner: model_settings.RunnerMemory | None = None) -> LoadPlan:
     """How to load `model` for a request with these options: context, slots, GPU layers, memory.
 
     Slots: OLLAMA_NUM_PARALLEL, or 4 where a load with 4 fits in free memory, else 1 (policy.choose_parallel);
     each slot gets the full num_ctx, in one unified KV cache (runner/argv.build_argv).
 
-    workers_free(servers) is the free memory of each of those RPC workers that answered ({endpoint: bytes})."""
+    workers_free(servers) is the free memory of each of those RPC workers that answered ({endpoint: bytes}).
+    `runner`: what the model's runner flags change (model_settings.runner_memory): only the GPUs its --device
+    names count, experts of --n-cpu-moe stay in host memory, -ctk/-ctv size the KV cache."""
+    runner = runner or model_settings.RunnerMemory()
+    gpus = devices.pinned_gpus(gpus, runner.devices)
     shape = _shape_of_stored(model)
     num_ctx = int(options.get("num_ctx") or settings.context_length)
     num_ctx = max(num_ctx, 4)
@@ -71,11 +76,13 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     if embedding:
         num_batch = num_ctx
     num_gpu = int(options.get("num_gpu", -1) if options.get("num_gpu") is not None else -1)
-    kv_type = settings.kv_cache_type or "f16"
+    kv_type = runner.kv_type_k or settings.kv_cache_type or "f16"
+    kv_type_v = runner.kv_type_v or settings.kv_cache_type or "f16"
 
     def load_with(slots: int) -> tuple[memory.Estimate, memory.Placement]:
         est = memory.estimate(shape, num_ctx=num_ctx, num_parallel=slots, num_batch=num_batch or 512,
-                              kv_type=kv_type, kv_unified=slots > 1,  # as build_argv starts it
+                              kv_type=kv_type, kv_type_v=kv_type_v, n_cpu_moe=runner.n_cpu_moe,
+                              kv_unified=slots > 1,  # as build_argv starts it
                               # unset means llama-server's "auto", which turns flash attention on where supported
                               flash_attn=settings.flash_attention != "off")
         return est, memory.place(est, gpus, num_gpu=num_gpu, main_gpu=options.get("main_gpu"),
@@ -101,9 +108,9 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         if not gpus and len(workers) == len(rpc_servers):
             # RPC workers are devices to llama.cpp (listed first): place layers on them like on GPUs, spread
             # by free memory, and keep on this machine what does not fit there.
-            devices = [gpu_probe.GpuInfo(i, endpoint, f"RPC{i}", "rpc", workers[endpoint], workers[endpoint], "", "")
-                       for i, endpoint in enumerate(rpc_servers)]
-            on_workers = memory.place(est, devices, num_gpu=num_gpu, spread=True, system_free=system_free)
+            rpc_devices = [gpu_probe.GpuInfo(i, endpoint, f"RPC{i}", "rpc", workers[endpoint], workers[endpoint], "",
+                                             "") for i, endpoint in enumerate(rpc_servers)]
+            on_workers = memory.place(est, rpc_devices, num_gpu=num_gpu, spread=True, system_free=system_free)
             n_gpu_layers, size, size_vram = on_workers.n_gpu_layers, on_workers.host_bytes, 0
             tensor_split = tuple(on_workers.tensor_split or ())
         elif num_gpu < 0:
@@ -145,7 +152,8 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,
-                    size_vram=size_vram, context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}")
+                    size_vram=size_vram, context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
+                    gpus=None if runner.devices is None else tuple(g.uuid for g in gpus))
 
 
 GPU_VARIANTS = frozenset({"cuda", "vulkan", "metal"})
@@ -277,7 +285,8 @@ def default_scheduler(settings: Settings,
         device probe): the scheduler calls it in a thread."""
         if plan.size_vram and gpus:
             now = {g.uuid: g for g in runner_gpus(variant, built.get(variant), env)}
-            live = sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in gpus)
+            usable = [g for g in gpus if plan.gpus is None or g.uuid in plan.gpus]  # a pinned model's devices only
+            live = sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in usable)
             return min(live, max(free_at_start - sum(dict(held).values()), 0))
         return gpu_probe.probe_system_memory().free
 
@@ -289,7 +298,7 @@ def default_scheduler(settings: Settings,
             return plan_load(settings, gpus, system.free, model, options, embedding, lambda servers: free)
         return model_settings.plan_with_settings(
             models(model), settings, options,
-            lambda s, o: plan_load(s, gpus, system.free, model, o, embedding, lambda servers: free))
+            lambda s, o, r: plan_load(s, gpus, system.free, model, o, embedding, lambda servers: free, r))
 
     scheduler = Scheduler(
         settings,

@@ -3,10 +3,10 @@
 `plan_with_settings` is the one place they take effect: slots, KV cache type and flash attention change what the
 memory estimate plans for (so they go in through Settings), a pinned GPU and threads through the load options,
 and the rest become llama-server flags (`runner_args`, pure); of those flags, the ones that move memory (experts
-kept on the CPU, the devices, the K and V cache types; in extra_args too) reach the estimate as `RunnerMemory`. The settings' fingerprint joins the plan's load
-options and the runner key (`runner_key`): two names on the same weights with different settings get runners of
-their own, and a model's runner started with settings since changed is replaced when it is next idle (the
-scheduler's lineage check), never mid-request.
+kept on the CPU, the devices, the K and V cache types; in extra_args too) reach the estimate as `RunnerMemory`.
+The settings' fingerprint joins the plan's load options and the runner key (`runner_key`): two names on the same
+weights with different settings get runners of their own, and a model's runner started with settings since
+changed is replaced when it is next idle (the scheduler's lineage check), never mid-request.
 
 `runner_flags(runners_dir)` lists the flags the built llama-server accepts (its `--help`, read once per binary):
 an `extra_args` typo is a config error naming it rather than a runner that dies at load.

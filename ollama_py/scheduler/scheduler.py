@@ -52,6 +52,7 @@ class LoadPlan:
     size_vram: int = 0
     context_length: int = 4096
     lineage: str = ""
+    gpus: tuple[str, ...] | None = None  # GpuInfo.uuid of the only GPUs it may use (--device); None: any
 
 
 @dataclass(eq=False)

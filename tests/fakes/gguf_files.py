@@ -6,6 +6,7 @@
     write_qwen3_reranker_gguf(path)       a one-block Qwen3 reranker (random weights) llama-server scores
     write_sized_llama_gguf(path, ...)     a llama model of any shape (no tokenizer), with each part's byte count,
                                           for the memory estimate's tests
+    write_sized_moe_gguf(path, ...)       the same for a mixture-of-experts model (expert bytes per block too)
 """
 
 from __future__ import annotations
@@ -165,6 +166,57 @@ def write_sized_llama_gguf(
     sizes["output_norm"] = _sized_tensor(w, "output_norm.weight", (embd,), F32)
     sizes["output"] = 0 if tied else _sized_tensor(w, "output.weight", (embd, vocab), F16)
     sizes["projector"] = _sized_tensor(w, "v.blk.0.attn_q.weight", (embd, embd), F16) if projector else 0
+    _finish(w, {}, path)
+    return sizes
+
+
+def write_sized_moe_gguf(
+    path: Path,
+    *,
+    blocks: int = 4,
+    embd: int = 64,
+    heads: int = 4,
+    heads_kv: int = 2,
+    expert_ff: int = 64,
+    experts: int = 8,
+    used: int = 2,
+    vocab: int = 96,
+    ctx: int = 256,
+    arch: str = "qwen3moe",
+) -> dict[str, int | list[int]]:
+    """A mixture-of-experts model of any shape (qwen3moe's tensor names, no tokenizer): per block a router, the
+    stacked experts (ffn_{gate,up,down}_exps, F16) and a shared expert (ffn_*_shexp: not an expert to
+    --n-cpu-moe). Returns the bytes of token_embd, layers and experts (one count per block), output_norm, output."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(blocks)
+    w.add_embedding_length(embd)
+    w.add_feed_forward_length(expert_ff)
+    w.add_expert_feed_forward_length(expert_ff)
+    w.add_expert_count(experts)
+    w.add_expert_used_count(used)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads_kv)
+    w.add_context_length(ctx)
+    w.add_vocab_size(vocab)
+    kv_dim = heads_kv * (embd // heads)
+    sizes: dict[str, int | list[int]] = {"token_embd": _sized_tensor(w, "token_embd.weight", (embd, vocab), Q8_0)}
+    layers, expert_bytes = [], []
+    for il in range(blocks):
+        n = sum(_sized_tensor(w, f"blk.{il}.{name}.weight", (embd,), F32) for name in ("attn_norm", "ffn_norm"))
+        for name, shape in [("attn_q", (embd, embd)), ("attn_k", (embd, kv_dim)), ("attn_v", (embd, kv_dim)),
+                            ("attn_output", (embd, embd)), ("ffn_gate_inp", (embd, experts)),
+                            ("ffn_gate_shexp", (embd, expert_ff)), ("ffn_up_shexp", (embd, expert_ff)),
+                            ("ffn_down_shexp", (expert_ff, embd))]:
+            n += _sized_tensor(w, f"blk.{il}.{name}.weight", shape, F16)
+        e = sum(_sized_tensor(w, f"blk.{il}.{name}.weight", shape, F16)
+                for name, shape in [("ffn_gate_exps", (embd, expert_ff, experts)),
+                                    ("ffn_up_exps", (embd, expert_ff, experts)),
+                                    ("ffn_down_exps", (expert_ff, embd, experts))])
+        layers.append(n + e)
+        expert_bytes.append(e)
+    sizes["layers"], sizes["experts"] = layers, expert_bytes
+    sizes["output_norm"] = _sized_tensor(w, "output_norm.weight", (embd,), F32)
+    sizes["output"] = _sized_tensor(w, "output.weight", (embd, vocab), F16)
     _finish(w, {}, path)
     return sizes
 

@@ -35,7 +35,7 @@ def served(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
 
         def plan(model: Any, options: dict[str, Any], embedding: bool):
             return plan_with_settings(live.for_model(model), settings, options,
-                                      lambda s, o: plan_load(s, [], 1 << 40, model, o, embedding))
+                                      lambda s, o, r: plan_load(s, [], 1 << 40, model, o, embedding, runner=r))
 
         scheduler = Scheduler(settings, plan=plan, runner_factory=fake_runner_factory(settings, fake_env),
                               default_keep_alive=live.keep_alive)

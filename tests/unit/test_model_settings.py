@@ -36,7 +36,7 @@ def argv_for(text: str, tmp_path: Path, tiny_gguf: Path, settings: Settings | No
     settings = settings or Settings.from_env({"OLLAMA_MODELS": str(tmp_path)})
     model = SimpleNamespace(model_path=tiny_gguf, adapters=(), projectors=(), name=parse_name("m"))
     plan = msettings.plan_with_settings(settings_for(text), settings, {"num_ctx": 512},
-                                        lambda s, o: plan_load(s, [], 1 << 40, model, o, False))
+                                        lambda s, o, r: plan_load(s, [], 1 << 40, model, o, False, runner=r))
     return build_argv(plan.spec, "llama-server", 1234)
 
 
@@ -91,7 +91,7 @@ def test_a_requests_num_thread_beats_the_models_threads(tmp_path, tiny_gguf) -> 
     model = SimpleNamespace(model_path=tiny_gguf, adapters=(), projectors=(), name=parse_name("m"))
     settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path)})
     plan = msettings.plan_with_settings(settings_for('[models."m"]\nthreads = 6'), settings, {"num_thread": 2},
-                                        lambda s, o: plan_load(s, [], 1 << 40, model, o, False))
+                                        lambda s, o, r: plan_load(s, [], 1 << 40, model, o, False, runner=r))
     assert plan.spec.num_thread == 2
 
 
@@ -103,7 +103,7 @@ def test_runner_settings_make_another_runner_key_of_the_same_lineage(tmp_path, t
 
     def plan(text: str):
         return msettings.plan_with_settings(settings_for(text), settings, {},
-                                            lambda s, o: plan_load(s, [], 1 << 40, model, o, False))
+                                            lambda s, o, r: plan_load(s, [], 1 << 40, model, o, False, runner=r))
 
     a, b = plan('[models."m"]\nkv_cache_type = "q8_0"'), plan('[models."m"]\nkv_cache_type = "q4_0"')
     c = plan('[models."m"]\nkv_cache_type = "q8_0"\noptions = { top_k = 2 }\nkeep_alive = "1h"')

@@ -380,7 +380,7 @@ def settings_scheduler(tmp_path: Path, tables: dict[str, str]) -> Scheduler:
         text = "".join(f'[models."{name}"]\n{body}\n' for name, body in tables.items())
         ms = cf.parse_config(text).models.for_name(m.name)
         return plan_with_settings(ms, settings, options,
-                                  lambda s, o: plan_load(s, [], 1 << 40, m, o, embedding))
+                                  lambda s, o, r: plan_load(s, [], 1 << 40, m, o, embedding, runner=r))
 
     return Scheduler(settings, plan=plan, runner_factory=fake_runner_factory(settings))
 
