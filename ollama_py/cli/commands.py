@@ -4,6 +4,7 @@ HTTP client, starting a local server first when none answers (see autostart)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 from pathlib import Path
 
@@ -24,9 +25,19 @@ from ollama_py.modelfile import decode_modelfile, parse_modelfile
 HOST_HELP = epilog("OLLAMA_HOST")
 
 
+def client_settings() -> Settings:
+    """(Blocking: reads the config file.) The settings a client command runs with, resolved as `serve` resolves
+    them: environment variable > config file ([server].host, data_dir, ...) > default. A bad file is an error
+    that names its line."""
+    from ollama_py import config_file  # noqa: PLC0415 - tomllib and platformdirs only when a command needs them
+
+    return config_file.load(os.environ).settings
+
+
 def connect() -> Client:
-    """A client for OLLAMA_HOST whose server answers (started in the background when local and down)."""
-    settings = Settings.from_env()
+    """A client for the server's host (OLLAMA_HOST, else the config file's [server].host, else 127.0.0.1:11434)
+    whose server answers (started in the background when local and down)."""
+    settings = client_settings()
     client = Client(settings.host)
     ensure_server(client, settings)
     return client

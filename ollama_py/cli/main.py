@@ -20,7 +20,7 @@ from ollama_py.cli.envvars import SERVE_VARS, epilog
 from ollama_py.cli.rpc_worker import rpc_worker
 from ollama_py.cli.run import run
 from ollama_py.client import Client
-from ollama_py.config import Settings, parse_host
+from ollama_py.config import Settings
 from ollama_py.errors import OllamaError
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,9 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
     server = ""
+    host = commands.client_settings().host  # a bad config file is an error of its own, not "could not connect"
     try:
-        server = Client(parse_host(os.environ.get("OLLAMA_HOST", ""))).version(timeout=3.0)
+        server = Client(host).version(timeout=3.0)
     except OllamaError:
         click.echo("Warning: could not connect to a running ollama-py instance")
     if server:

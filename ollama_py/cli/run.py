@@ -9,14 +9,14 @@ from typing import Any
 
 import click
 
-from ollama_py.cli.commands import connect
+from ollama_py.cli.commands import client_settings, connect
 from ollama_py.cli.display import WordWrapper, terminal_width
 from ollama_py.cli.envvars import epilog
 from ollama_py.cli.images import extract_images
 from ollama_py.cli.progress import is_tty
 from ollama_py.cli.repl import ReadlineReader, Repl
 from ollama_py.cli.session import RunOptions, generate, load_model, show_or_pull
-from ollama_py.config import Settings, parse_duration
+from ollama_py.config import parse_duration
 from ollama_py.errors import OllamaError
 
 THINK_VALUES = ("true", "false", "high", "medium", "low", "max")
@@ -119,6 +119,6 @@ def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: boo
         return
     load_model(client, opts)
     _replay(info.get("messages") or [], opts.wordwrap)
-    settings = Settings.from_env()
+    settings = client_settings()
     reader = ReadlineReader(settings.data_dir / "history", enabled=not settings.nohistory)
     Repl(client, opts, reader, vision="vision" in capabilities).run()

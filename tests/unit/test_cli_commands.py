@@ -336,3 +336,33 @@ def test_create_draft_quantize_without_a_draft_says_so(fake: FakeOllama, tmp_pat
     assert result.exit_code == 1
     assert result.stderr.endswith("Error: --draft-quantize requires a DRAFT model\n")
     assert fake.bodies("POST", "/api/create") == []
+
+
+@pytest.mark.parametrize("env_host", [
+    pytest.param(False, id="file-host-when-OLLAMA_HOST-is-unset"),
+    pytest.param(True, id="OLLAMA_HOST-over-the-file"),
+])
+def test_client_commands_go_to_the_config_files_host(fake: FakeOllama, tmp_path: Path, env_host: bool) -> None:
+    """As serve resolves it: OLLAMA_HOST > the config file's [server].host > 127.0.0.1:11434."""
+    other = FakeOllama().start()  # the host the precedence must not pick
+    try:
+        chosen, passed_over = (other, fake) if env_host else (fake, other)
+        for server in (chosen, passed_over):
+            server.on("GET", "/api/tags", {"models": []})
+        config = tmp_path / "config.toml"
+        config.write_text(f'[server]\nhost = "{fake.host}"\n')
+        env = {"OLLAMA_HOST": other.host if env_host else None, "OLLAMA_PY_CONFIG": str(config),
+               "OLLAMA_PY_DATA_DIR": str(tmp_path / "data")}
+        result = CliRunner().invoke(cli, ["list"], env=env, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert chosen.bodies("GET", "/api/tags") and not passed_over.bodies("GET", "/api/tags")
+    finally:
+        other.stop()
+
+
+def test_a_bad_config_file_is_one_error_line_naming_it(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[server]\nhost = 12\n')
+    result = CliRunner().invoke(cli, ["list"], env={"OLLAMA_HOST": None, "OLLAMA_PY_CONFIG": str(config)})
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: {config}:2: server.host")
