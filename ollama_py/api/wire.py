@@ -132,7 +132,7 @@ class ProcessModelResponse(TypedDict):
     state: str  # ours: "loading" | "ready" | "stopping"
     queued: int  # ours: requests waiting for a slot
     active: int  # ours: requests holding one
-    devices: NotRequired[list[str]]  # ours: where llama-server put it (CPU, CUDA0, RPC0[host:port], ...)
+    devices: NotRequired[dict[str, int]]  # ours: bytes llama-server put on each device (CPU, CUDA0, RPC0[host:port])
 
 
 class Tensor(TypedDict):

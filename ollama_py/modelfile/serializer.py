@@ -82,7 +82,7 @@ def build_modelfile(
     template: str | None = None,
     system: str | None = None,
     parameters: Mapping[str, Any] | None = None,
-    messages: Iterable[Mapping[str, str]] = (),
+    messages: Iterable[Mapping[str, Any]] = (),
     licenses: Iterable[str] = (),
     adapters: Iterable[str] = (),
     draft: str | None = None,

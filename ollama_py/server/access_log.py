@@ -21,12 +21,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ollama_py.server.console import is_console_path
 from ollama_py.server.keys import CONSOLE, METRICS
+
+if TYPE_CHECKING:
+    from ollama_py.api.names import ModelName
+    from ollama_py.server.completion import Final  # completion imports this module
+    from ollama_py.store.models import Model
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +55,7 @@ class RequestStats:
     cached_tokens: int = 0
     done_reason: str = ""
 
-    def note_model(self, model: Any) -> None:
+    def note_model(self, model: Model | ModelName | str) -> None:
         """The model this request uses: a store Model (its short name) or a name."""
         name = getattr(model, "name", model)
         self.model = str(getattr(name, "short", name))
@@ -60,7 +65,7 @@ class RequestStats:
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
 
-    def finished(self, final: Any) -> None:
+    def finished(self, final: Final) -> None:
         """The completion's Final (server/completion.py): token counts and the runner's timings."""
         self.prompt_tokens = final.prompt_eval_count
         self.eval_tokens = final.eval_count

@@ -375,7 +375,8 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
     )
 
 
-async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: Any, error: ContextExceeded) -> Fitted:
+async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: str | list[Any] | dict[str, Any],
+                     error: ContextExceeded) -> Fitted:
     """The prompt cut to fit a slot's context (server/truncation.py), or the 400 that truncate: false asks for."""
     if not req.truncate:
         raise BadRequest(TOO_LONG) from None

@@ -21,7 +21,10 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ollama_py.server.access_log import RequestStats  # access_log imports this module
 
 LOG_LINES_KEPT = 500
 REQUESTS_KEPT = 200
@@ -122,8 +125,8 @@ class RequestTap:
     requests: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=REQUESTS_KEPT))
     buckets: deque[Bucket] = field(default_factory=lambda: deque(maxlen=BUCKETS_KEPT))
 
-    def record(self, *, method: str, path: str, status: int, duration: float, stats: Any) -> None:
-        """One finished request; `stats` is its access_log.RequestStats."""
+    def record(self, *, method: str, path: str, status: int, duration: float, stats: RequestStats) -> None:
+        """One finished request, with what it did."""
         now = time.time()
         entry: dict[str, Any] = {"time": now, "method": method, "path": path, "status": status,
                                  "duration": round(duration, 4), "model": stats.model or ""}

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ollama_py.errors import BadRequest, RunnerError
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.access_log import current_stats
+
+if TYPE_CHECKING:
+    from ollama_py.store.models import Model
 
 
 @dataclass(slots=True)
@@ -27,7 +30,7 @@ def normalize(vec: list[float]) -> list[float]:
     return [x / norm for x in vec] if norm > 0 else vec
 
 
-async def embed(scheduler: Scheduler, model: Any, opts: dict[str, Any], keep_alive: float | None,
+async def embed(scheduler: Scheduler, model: Model, opts: dict[str, Any], keep_alive: float | None,
                 inputs: list[str], *, truncate: bool, dimensions: int | None) -> EmbedResult:
     if "rerank" in model.capabilities:  # its runner pools by rank: one score per input, not a vector
         raise BadRequest(f'"{model.name.short}" is a reranker and does not support embeddings: use /api/rerank')

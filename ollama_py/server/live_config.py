@@ -21,7 +21,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -32,6 +32,10 @@ from ollama_py.config_file import ConfigFile, ModelSettings, check_extra_args, i
 from ollama_py.errors import ConfigError, OllamaError
 from ollama_py.scheduler.model_settings import FINGERPRINT_KEY
 from ollama_py.server.keys import CONFIG, SCHEDULER, SETTINGS, STORE
+
+if TYPE_CHECKING:
+    from ollama_py.scheduler.scheduler import Loaded
+    from ollama_py.store.models import Model
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +69,17 @@ class LiveConfig:
         self.on_reload: list[Callable[[str], None]] = []  # with "ok" | "error"
 
     # -- what the server asks ------------------------------------------------------------------------------
-    def for_model(self, model: Any) -> ModelSettings:
+    def for_model(self, model: Model | ModelName) -> ModelSettings:
         """The settings of a stored model (or a name)."""
         name = model if isinstance(model, ModelName) else getattr(model, "name", None)
         if not isinstance(name, ModelName):
             return ModelSettings()
         return self.config.models.for_name(name)
 
-    def keep_alive(self, model: Any) -> float | None:
+    def keep_alive(self, model: Model | ModelName) -> float | None:
         return self.for_model(model).keep_alive
 
-    def may_stay(self, loading: Any, loaded: Any) -> bool:
+    def may_stay(self, loading: Model, loaded: Model) -> bool:
         """Whether a loaded model may stay loaded while `loading` loads (the file's exclusive groups, as now)."""
         a, b = getattr(loading, "name", None), getattr(loaded, "name", None)
         if not isinstance(a, ModelName) or not isinstance(b, ModelName):
@@ -204,8 +208,8 @@ def describe_changes(old: ConfigFile, new: ConfigFile) -> str:
 
 
 # -- what a reload sets off (wired by the app) ----------------------------------------------------------------------
-async def preload(live: LiveConfig, find: Callable[[ModelName], Awaitable[Any]],
-                  load: Callable[[Any, ModelSettings], Awaitable[Any]],
+async def preload(live: LiveConfig, find: Callable[[ModelName], Awaitable[Model]],
+                  load: Callable[[Model, ModelSettings], Awaitable[None]],
                   local_names: Callable[[], Awaitable[list[ModelName]]]) -> None:
     """Load every model a `preload = true` table names (a glob: every local model it matches). A model that
     cannot be loaded is logged and skipped: serve goes on."""
@@ -234,10 +238,10 @@ async def while_serving(app: web.Application) -> AsyncIterator[None]:
     live, sched, store, settings = app[CONFIG], app[SCHEDULER], app[STORE], app[SETTINGS]
     tasks: set[asyncio.Task[Any]] = set()
 
-    async def find(name: ModelName) -> Any:
+    async def find(name: ModelName) -> Model:
         return await asyncio.to_thread(_load, store, name)
 
-    async def load(model: Any, ms: ModelSettings) -> None:
+    async def load(model: Model, ms: ModelSettings) -> None:
         embedding = "completion" not in model.capabilities  # an embedding model or a reranker
         await sched.load(model, default_options(settings, live, model), None, embedding=embedding)
 
@@ -249,7 +253,7 @@ async def while_serving(app: web.Application) -> AsyncIterator[None]:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    async def restart(loaded: Any) -> None:
+    async def restart(loaded: Loaded) -> None:
         try:
             await sched.load(loaded.model, carried_options(loaded.plan.load_options), None,
                              embedding=loaded.plan.spec.embedding)

@@ -7,7 +7,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -24,10 +24,13 @@ from ollama_py.server.rendering import warm_template
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.store.models import rfc3339 as store_rfc3339
 
+if TYPE_CHECKING:
+    from ollama_py.store.models import Model, ModelStore
+
 log = logging.getLogger(__name__)
 
 
-async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
+async def find_model(request: web.Request, name: ModelName, raw: str) -> Model:
     """The stored model, or 404 `model 'x' not found` with the name as the user wrote it."""
     store = request.app[STORE]
     # unchanged since last time: no thread hop, no file reads
@@ -40,7 +43,7 @@ async def find_model(request: web.Request, name: ModelName, raw: str) -> Any:
     return model
 
 
-async def _load_or_alias(request: web.Request, name: ModelName, raw: str) -> Any:
+async def _load_or_alias(request: web.Request, name: ModelName, raw: str) -> Model:
     """The stored model of that name, else the one a config file's alias names, else 404."""
     store = request.app[STORE]
     try:
@@ -51,13 +54,14 @@ async def _load_or_alias(request: web.Request, name: ModelName, raw: str) -> Any
         if target is None:
             raise ModelNotFound(raw) from None
     try:
-        return store.peek(target) or await asyncio.to_thread(_load, store, target)
+        found = store.peek(target)
+        return found if found is not None else await asyncio.to_thread(_load, store, target)
     except ModelNotFound:
         raise ModelNotFound(raw, f"model '{raw}' not found (an alias of '{target.short}', which is not in the "
                                  "store)") from None
 
 
-def _load(store: Any, name: ModelName) -> Any:
+def _load(store: ModelStore, name: ModelName) -> Model:
     """(In a thread.) The stored model, with its weights' shape read into the scheduler's cache here: the load
     plan reads it on the event loop, and a large vocabulary takes most of a second to parse."""
     model = store.load(name)
@@ -69,7 +73,7 @@ def _load(store: Any, name: ModelName) -> Any:
     return model
 
 
-def check_chat_capabilities(model: Any, raw_name: str, messages: Sequence[Message],
+def check_chat_capabilities(model: Model, raw_name: str, messages: Sequence[Message],
                             tools: Sequence[Tool] | None) -> None:
     """What /api/chat refuses of a model, asked of the OpenAI and Anthropic chat routes too (one check, one text)."""
     caps = model.capabilities
@@ -81,7 +85,7 @@ def check_chat_capabilities(model: Any, raw_name: str, messages: Sequence[Messag
         raise BadRequest(f'"{raw_name}" does not support vision')
 
 
-def merged_options(request: web.Request, model: Any, raw_options: Any) -> dict[str, Any]:
+def merged_options(request: web.Request, model: Model, raw_options: Any) -> dict[str, Any]:
     """The model's PARAMETERs overlaid by the request's options (stops are merged, not replaced)."""
     opts = default_options(request.app[SETTINGS], request.app.get(CONFIG), model)
     requested = validate_options(raw_options) if raw_options is not None else {}
@@ -92,7 +96,7 @@ def merged_options(request: web.Request, model: Any, raw_options: Any) -> dict[s
     return opts
 
 
-def default_options(settings: Settings, live: LiveConfig | None, model: Any) -> dict[str, Any]:
+def default_options(settings: Settings, live: LiveConfig | None, model: Model) -> dict[str, Any]:
     """A model's options before a request's: the default context, its PARAMETERs, then the config file's
     `options` for it (the operator's word over the Modelfile's)."""
     opts: dict[str, Any] = {"num_ctx": settings.context_length}

@@ -20,13 +20,16 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
 from ollama_py.server.completion import Final
 from ollama_py.server.logprobs import entries as logprob_entries
 from ollama_py.server.requests import field
+
+if TYPE_CHECKING:
+    from ollama_py.store.models import Model
 
 FINGERPRINT = "fp_ollama"
 _IMAGE_PREFIXES = ("data:;base64,",) + tuple(f"data:image/{t};base64," for t in ("jpeg", "jpg", "png", "webp"))
@@ -275,7 +278,7 @@ def check_tools(tools: Any) -> list[Tool] | None:
     return tools
 
 
-def think_for(think: bool | str | None, model: Any) -> bool | str | None:
+def think_for(think: bool | str | None, model: Model) -> bool | str | None:
     """Ollama relaxes thinking for the OpenAI routes: asked of a model without it, it is dropped, not refused;
     a thinking model thinks unless told "none"."""
     if "thinking" not in model.capabilities:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
 from ollama_py.runner.client import LlamaClient, UpstreamLost
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.access_log import current_stats
+
+if TYPE_CHECKING:
+    from ollama_py.store.models import Model
 
 # Tokens a pair's prompt may add beyond the query's, the document's and its template's own text (BOS, EOS, SEP,
 # and a BPE merge or two that joining the pieces can change).
@@ -38,7 +41,7 @@ class RerankResult:
     truncated: int  # documents cut to fit the context
 
 
-def template_text(model: Any) -> str:
+def template_text(model: Model) -> str:
     """The GGUF's rerank prompt without its two slots: what every pair's prompt adds."""
     info = getattr(model, "info", None)
     template = info.kv.get("tokenizer.chat_template.rerank") if info is not None else None
@@ -72,7 +75,7 @@ async def fit_documents(client: LlamaClient, query: str, documents: list[str], n
     return out, cut
 
 
-async def rerank(scheduler: Scheduler, model: Any, opts: dict[str, Any], keep_alive: float | None, query: str,
+async def rerank(scheduler: Scheduler, model: Model, opts: dict[str, Any], keep_alive: float | None, query: str,
                  documents: list[str], *, top_n: int | None, truncate: bool) -> RerankResult:
     """Score every document against the query in the model's rerank runner; the best top_n, best first."""
     started = time.perf_counter()

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
 
@@ -29,6 +29,10 @@ from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3
 from ollama_py.server.rendering import parse_off_loop
 from ollama_py.server.requests import check_images, field, read_json, requested_model, token_ids
 from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
+
+if TYPE_CHECKING:
+    from ollama_py.scheduler.scheduler import Loaded
+    from ollama_py.store.models import Model
 
 routes = web.RouteTableDef()
 
@@ -59,7 +63,7 @@ def _metrics(final: Final) -> Metrics:
     return out
 
 
-async def _load_or_unload(request: web.Request, model: Any, opts: dict[str, Any], ka: float | None) -> str:
+async def _load_or_unload(request: web.Request, model: Model, opts: dict[str, Any], ka: float | None) -> str:
     """An empty prompt loads the model; with keep_alive 0 it unloads it: Ollama's done_reason load/unload."""
     scheduler = request.app[SCHEDULER]
     if ka == 0:
@@ -150,7 +154,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         system_message: list[Message] = [{"role": "system", "content": sys_text}] if sys_text else []
         req.messages = [*system_message, {"role": "user", "content": prompt}]
 
-    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> GenerateResponse:
+    def chunk(text: str, thinking: str = "", created_at: str = "",
+              probs: list[dict[str, Any]] | None = None) -> GenerateResponse:
         at = created_at or now_rfc3339()
         out: GenerateResponse
         if thinking:
@@ -179,7 +184,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return await _reply(request, body, events(), req.lane)
 
 
-def _think(body: dict[str, Any], model: Any) -> bool | str | None:
+def _think(body: dict[str, Any], model: Model) -> bool | str | None:
     """What the template gets as .Think: as asked; a thinking model thinks unless told not to (Ollama)."""
     think = body.get("think")
     if think is None and "thinking" in model.capabilities:
@@ -187,7 +192,7 @@ def _think(body: dict[str, Any], model: Any) -> bool | str | None:
     return think
 
 
-def _check_think(body: dict[str, Any], model: Any, raw_name: str) -> None:
+def _check_think(body: dict[str, Any], model: Model, raw_name: str) -> None:
     """think: true (or a level) on a model without thinking is refused, as Ollama does; false/absent is fine."""
     think = body.get("think")
     if think is None or think is False:
@@ -236,9 +241,9 @@ def _check_tools(tools: Any) -> list[Tool] | None:
     return tools
 
 
-def chat_messages(model: Any, messages: list[Message]) -> list[Message]:
+def chat_messages(model: Model, messages: list[Message]) -> list[Message]:
     """The model's MESSAGE layers first; its SYSTEM unless the conversation brings its own."""
-    out = cast("list[Message]", list(model.messages or [])) + messages
+    out = list(model.messages or []) + messages
     if model.system and not any(m.get("role") == "system" for m in out):
         out.insert(0, {"role": "system", "content": model.system})
     return out
@@ -271,7 +276,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
                             logprobs=top, started=started, truncate=field(body, "truncate", bool, True))
 
-    def chunk(text: str, thinking: str = "", created_at: str = "", probs: Any = None) -> ChatResponse:
+    def chunk(text: str, thinking: str = "", created_at: str = "",
+              probs: list[dict[str, Any]] | None = None) -> ChatResponse:
         delta: Message = {"role": "assistant", "content": text}
         if thinking:
             delta["thinking"] = thinking
@@ -345,14 +351,14 @@ async def embeddings_legacy(request: web.Request) -> web.Response:
     return web.json_response({"embedding": result.vectors[0]})
 
 
-def _expires_at(loaded: Any) -> float:
+def _expires_at(loaded: Loaded) -> float:
     """Idle: when its keep-alive runs out. Busy: keep-alive counted from now (it restarts when idle)."""
     if loaded.refcount == 0 or math.isinf(loaded.session_duration):
         return loaded.expires_at if loaded.refcount == 0 else math.inf
     return time.time() + loaded.session_duration
 
 
-def ps_entry(loaded: Any) -> ProcessModelResponse:
+def ps_entry(loaded: Loaded) -> ProcessModelResponse:
     """One loaded model as /api/ps lists it (and /api/load ends with)."""
     m = loaded.model
     queued, active = queue_counts(loaded)

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ollama_py.api.names import parse_name
+from ollama_py.api.names import ModelName, parse_name
 from ollama_py.api.wire import Message
 from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings
@@ -38,8 +38,9 @@ routes = web.RouteTableDef()
 routes.post("/v1/messages")(anthropic_messages)
 
 
-async def _chat_request(request: web.Request, body: dict[str, Any], names: tuple[Any, str], params: Any,
-                        started: float, logprobs: int | None = None) -> CompletionRequest:
+async def _chat_request(request: web.Request, body: dict[str, Any], names: tuple[ModelName, str],
+                        params: oai.ChatParams | rt.ResponsesParams, started: float,
+                        logprobs: int | None = None) -> CompletionRequest:
     """The native chat request for parsed OpenAI params (chat completions or responses: messages, options,
     format, tools, think), refused like /api/chat would refuse them."""
     name, raw_name = names

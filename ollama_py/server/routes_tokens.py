@@ -15,7 +15,7 @@ exactly as /v1/messages would send it (template, system, tools, BOS).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -28,16 +28,20 @@ from ollama_py.server.models import check_chat_capabilities, find_model, keep_al
 from ollama_py.server.requests import field, read_json, requested_model, token_ids
 from ollama_py.server.routes_native import chat_messages
 
+if TYPE_CHECKING:
+    from ollama_py.scheduler.scheduler import Loaded
+    from ollama_py.store.models import Model
+
 routes = web.RouteTableDef()
 
 
-def _load_ns(loaded: Any, waited_since: float) -> int:
+def _load_ns(loaded: Loaded, waited_since: float) -> int:
     if loaded.requests_served == 0 and loaded.runner.load_duration:
         return int(min(loaded.runner.load_duration, time.perf_counter() - waited_since) * 1e9)
     return 0
 
 
-async def _model_for(request: web.Request, body: dict[str, Any]) -> tuple[Any, str, dict[str, Any], float | None]:
+async def _model_for(request: web.Request, body: dict[str, Any]) -> tuple[Model, str, dict[str, Any], float | None]:
     name, raw_name = requested_model(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)

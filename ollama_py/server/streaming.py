@@ -13,15 +13,16 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, ClassVar, Protocol
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from ollama_py.errors import OllamaError
 from ollama_py.fastjson import dumps, json_string
 from ollama_py.runner.sse import Tap
-from ollama_py.server.completion import Delta
+from ollama_py.server.completion import Delta, Final
 from ollama_py.server.errors import describe, error_body
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,8 @@ def _refuse(raw: bytes) -> bool:
     return False
 
 
-def _putter(render: Callable[[str, str], bytes], transport: Any, writer: Any) -> Callable[[bytes], bool]:
+def _putter(render: Callable[[str, str], bytes], transport: asyncio.Transport,
+            writer: AbstractStreamWriter) -> Callable[[bytes], bool]:
     """`put(raw)`: the route's chunk for a text given as its JSON string body (escaped, UTF-8), framed and
     written, created_at (where the chunk has one) as now_rfc3339() gives it; False, writing nothing, when the
     client is gone or slow. The token path: two bytes formats a token, everything else looked up once here."""
@@ -322,7 +324,21 @@ async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: 
                                  lane=lane)
 
 
-async def content_blocks(events: AsyncIterator[Any], blocks: Any) -> AsyncIterator[Any]:
+NamedEvent = tuple[str, dict[str, Any]]  # an SSE event's name and data
+
+
+class BlockStream(Protocol):
+    """What content_blocks drives: a translator of a completion into named events, keeping its own block
+    bookkeeping (anthropic_translate.MessageStream, responses_translate.ResponseStream)."""
+
+    def thinking(self, text: str) -> Iterable[NamedEvent]: ...
+
+    def text(self, text: str) -> Iterable[NamedEvent]: ...
+
+    def finish(self, final: Final) -> Iterable[NamedEvent]: ...
+
+
+async def content_blocks(events: AsyncIterator[Delta | Final], blocks: BlockStream) -> AsyncIterator[NamedEvent]:
     """Deltas and the Final of one completion as a block translator's events (Anthropic's MessageStream, the
     Responses API's ResponseStream: `thinking`, `text`, `finish`). Thoughts and text go out as they come (with
     tools, completion holds back only what may be a call); the calls are blocks of their own at the finish."""

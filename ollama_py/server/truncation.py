@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ollama_py.api.names import ModelName
 from ollama_py.api.wire import Message
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def droppable(messages: Sequence[Message]) -> int | None:
     return None
 
 
-def log_truncation(model: Any, fitted: Fitted, n_ctx: int) -> None:
+def log_truncation(model: ModelName, fitted: Fitted, n_ctx: int) -> None:
     log.warning("prompt truncated to fit the context: model=%s n_ctx=%d tokens %d -> %d (%d dropped%s)",
                 str(model), n_ctx, fitted.tokens_before, fitted.tokens_after,
                 fitted.tokens_before - fitted.tokens_after,

@@ -23,10 +23,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ollama_py.api.names import ModelName
-from ollama_py.api.wire import ListModelResponse, ModelDetails
+from ollama_py.api.wire import ListModelResponse, Message, ModelDetails
 from ollama_py.errors import ModelNotFound, NotFound, OllamaError
 from ollama_py.store.blobs import BlobStore, canonical_digest
 from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
@@ -68,7 +68,7 @@ class Model:
     template: str | None
     system: str | None
     params: dict
-    messages: list[dict]
+    messages: list[Message]  # the MESSAGE layer: a conversation every chat starts with
     licenses: list[str]
     config: dict
     modified_at: float
@@ -183,7 +183,7 @@ class ModelStore:
         projectors: list[Path] = []
         template = system = None
         params: dict = {}
-        messages: list[dict] = []
+        messages: list[Message] = []
         licenses: list[str] = []
         for layer in manifest.layers:
             mt = layer.media_type
@@ -205,7 +205,8 @@ class ModelStore:
                 params = loaded if isinstance(loaded, dict) else {}
             elif mt == MEDIA_MESSAGES:
                 loaded = self._read_json(layer.digest)
-                messages = [m for m in loaded if isinstance(m, dict)] if isinstance(loaded, list) else []
+                found = [m for m in loaded if isinstance(m, dict)] if isinstance(loaded, list) else []
+                messages = cast("list[Message]", found)  # Ollama's api.Message objects, as `create` wrote them
             elif mt == MEDIA_LICENSE:
                 licenses.append(self._read_text(layer.digest))
         info = self._info_for(model_path) if model_path is not None else None
