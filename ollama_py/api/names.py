@@ -102,3 +102,20 @@ def parse_name(raw: str) -> ModelName:
 
 def is_valid_digest(digest: str) -> bool:
     return isinstance(digest, str) and bool(_DIGEST.match(digest))
+
+
+# A split GGUF's file names, as llama.cpp's gguf-split writes them and finds them: NAME-00001-of-00003.gguf ...
+_SHARD_FILE = re.compile(r"(.+)-(\d{5})-of-(\d{5})\.gguf")
+
+
+def shard_file_names(prefix: str, count: int) -> list[str]:
+    """Every file name of a split GGUF, in order."""
+    return [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def shard_set(file_name: str) -> list[str] | None:
+    """The file names of the split GGUF that `file_name` is a shard of (itself among them), else None."""
+    m = _SHARD_FILE.fullmatch(file_name)
+    if m is None or not 1 <= int(m.group(2)) <= int(m.group(3)):
+        return None
+    return shard_file_names(m.group(1), int(m.group(3)))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ollama_py.api.names import shard_set
 from ollama_py.cli.progress import ProgressView
 from ollama_py.client import Client, file_digest
 from ollama_py.client.model_files import gather_model_files
@@ -62,8 +63,9 @@ def expand_path(arg: str, base_dir: Path, home: Path) -> Path:
 
 
 def _model_files(path: Path) -> list[LocalFile]:
-    if path.is_file():
-        return [LocalFile(path.name, path)]
+    if path.is_file():  # one shard of a split GGUF named: every shard beside it
+        names = shard_set(path.name) or [path.name]
+        return [LocalFile(n, path.with_name(n)) for n in names if path.with_name(n).is_file()]
     return [LocalFile(name, p) for name, p in gather_model_files(path)]
 
 

@@ -279,8 +279,11 @@ def shape_from_metadata(kv: Mapping[str, object], tensors: Iterable[TensorEntry]
 
 
 @functools.lru_cache(maxsize=32)
-def _shape_cached(path: str, size: int, mtime_ns: int) -> ModelShape:
+def _shape_cached(path: str, size: int, mtime_ns: int, *more: tuple[str, int, int]) -> ModelShape:
     info = read_gguf_info(Path(path))
+    if more:  # a split GGUF: the first shard's key/values, every shard's tensors and bytes
+        info = info.with_shards([read_gguf_info(Path(p)) for p, _size, _mtime in more])
+        size += sum(s for _p, s, _mtime in more)
     return shape_from_metadata(info.kv, (tensor_entry(*row) for row in info.tensor_table), size)
 
 
@@ -292,6 +295,15 @@ def shape_from_gguf(path: str | os.PathLike[str]) -> ModelShape:
     """
     st = os.stat(path)
     return _shape_cached(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+def shape_from_shards(paths: Sequence[str | os.PathLike[str]]) -> ModelShape:
+    """shape_from_gguf of a model split over several GGUF files (in shard order): one shape of them all."""
+    keys = []
+    for path in paths:
+        st = os.stat(path)
+        keys.append((str(Path(path).resolve()), st.st_size, st.st_mtime_ns))
+    return _shape_cached(*keys[0], *keys[1:])
 
 
 # ---------------------------------------------------------------------------------------------- estimate

@@ -12,6 +12,7 @@ class LaunchSpec:
     spec can share a runner; a different spec means a reload."""
 
     model: Path
+    shards: tuple[Path, ...] = ()  # a split GGUF's files in order; started from links named as llama.cpp wants
     num_ctx: int = 4096
     parallel: int = 1
     num_batch: int | None = None

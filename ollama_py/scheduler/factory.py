@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -17,7 +18,7 @@ from ollama_py.config import Settings
 from ollama_py.errors import ModelNotFound, RunnerLoadError
 from ollama_py.estimate import devices, memory
 from ollama_py.estimate import gpus as gpu_probe
-from ollama_py.runner import rpc, variants
+from ollama_py.runner import rpc, shards, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess, RunnerState
 from ollama_py.scheduler import model_settings, policy
@@ -38,6 +39,12 @@ def model_shape(path: Path) -> memory.ModelShape:
     return _shape(str(path), path.stat().st_mtime_ns)
 
 
+def weights_shape(model: Any) -> memory.ModelShape:
+    """(Blocking, cached.) The shape of a stored model's weights: its one GGUF, or all the shards of a split one."""
+    files = getattr(model, "shards", ())
+    return memory.shape_from_shards(files) if files else model_shape(model.model_path)
+
+
 def _shape_of_stored(model: Any) -> memory.ModelShape:
     """The weights' shape; a weights, adapter or projector blob deleted from disk behind our back is a 404 that
     names the model (never a 500 quoting the server's blob path)."""
@@ -45,7 +52,7 @@ def _shape_of_stored(model: Any) -> memory.ModelShape:
         for extra in (*model.adapters, *model.projectors):
             if not Path(extra).is_file():
                 raise FileNotFoundError(extra)
-        return model_shape(model.model_path)
+        return weights_shape(model)
     except FileNotFoundError as e:
         blob = Path(str(e.filename or "")).name or "a blob"
         name = model.name.short
@@ -128,6 +135,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
             size_vram += draft_bytes
     spec = LaunchSpec(
         model=model.model_path,
+        shards=tuple(getattr(model, "shards", ())),
         num_ctx=num_ctx,
         parallel=parallel,
         num_batch=num_batch,
@@ -165,10 +173,11 @@ class VariantRunner(RunnerProcess):
     CPU build, without offload, rather than not at all."""
 
     def __init__(self, spec: LaunchSpec, candidates: list[tuple[str, Path]], bad: variants.BadVariants,
-                 **kwargs: Any) -> None:
+                 shard_links: Path | None = None, **kwargs: Any) -> None:
         self.spec = spec
         self.candidates = list(candidates)
         self._bad = bad
+        self._shard_links = shard_links  # where a split GGUF's shards are linked under llama.cpp's names
         super().__init__(lambda port: build_argv(self.spec, self.candidates[0][1], port), **kwargs)
 
     @property
@@ -178,6 +187,9 @@ class VariantRunner(RunnerProcess):
     async def ensure_ready(self) -> None:
         if self.spec.rpc_servers and self.state == RunnerState.STOPPED and self.pid is None:
             await self._leave_out_unreachable_workers()
+        if self.spec.shards and self._shard_links is not None and self.spec.model == self.spec.shards[0]:
+            first = await asyncio.to_thread(shards.link_shards, self.spec.shards, self._shard_links)
+            self.spec = dataclasses.replace(self.spec, model=first)
         while True:
             try:
                 return await super().ensure_ready()
@@ -223,8 +235,8 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
         built = variants.built_variants(settings.runners_dir)
         order = variants.candidate_order(host, built, forced=settings.llm_library, bad=bad.load())
         candidates = [(v, built[v]) for v in order]
-        return VariantRunner(plan.spec, candidates, bad, name=name, env=env, load_timeout=settings.load_timeout,
-                             on_exit=on_exit)
+        return VariantRunner(plan.spec, candidates, bad, shard_links=settings.data_dir / "shards", name=name, env=env,
+                             load_timeout=settings.load_timeout, on_exit=on_exit)
 
     return factory
 

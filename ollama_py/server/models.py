@@ -16,7 +16,7 @@ from ollama_py.api.options import validate_options
 from ollama_py.api.wire import Message, Tool
 from ollama_py.config import Settings, parse_duration
 from ollama_py.errors import BadRequest, ModelNotFound
-from ollama_py.scheduler.factory import model_shape
+from ollama_py.scheduler.factory import weights_shape
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.keys import CONFIG, SETTINGS, STORE
 from ollama_py.server.live_config import LiveConfig
@@ -67,7 +67,7 @@ def _load(store: ModelStore, name: ModelName) -> Model:
     model = store.load(name)
     if model.model_path is not None:
         try:
-            model_shape(model.model_path)
+            weights_shape(model)
         except Exception as exc:  # noqa: BLE001 - the plan reads it again and reports what is wrong
             log.debug("reading the shape of %s: %s", model.model_path, exc)
     return model

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ollama_py.api.names import ModelName, parse_name
+from ollama_py.api.names import ModelName, parse_name, shard_set
 from ollama_py.api.options import DEPRECATED_PARAMETERS, OPTION_TYPES, parse_parameter, validate_options
 from ollama_py.errors import (
     BadRequest,
@@ -152,6 +152,9 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
         elif local_client and (path := Path(source).expanduser()).is_absolute() and path.is_file():
             info = _file_info(path)
             weights.append(_Weights(_media_type(info), info, path=path))
+            if info.split is not None:  # one shard named: the others beside it (model-0000N-of-0000M.gguf)
+                for sibling in sibling_shards(path):
+                    weights.append(_Weights(MEDIA_MODEL, _file_info(sibling), path=sibling))
         elif local_client and path.is_absolute() and path.is_dir():
             for found in _ggufs_in(path):
                 info = _file_info(found)
@@ -198,8 +201,12 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
     models = [w for w in weights if w.media_type == MEDIA_MODEL]
     if not models:
         raise BadRequest("no model file was provided")
-    if len(models) > 1:
-        raise BadRequest("split GGUF models are not supported: give one model file")
+    if len(models) > 1:  # the shards of one split GGUF, kept as model layers in shard order
+        models = _shards_in_order(models)
+        weights = [*models, *(w for w in weights if w.media_type != MEDIA_MODEL)]
+        if quantize is not None:
+            raise BadRequest("quantizing a split GGUF model is not supported: quantize its shards' source, or merge "
+                             "them first (llama-gguf-split --merge)")
     if models[0].convert is None and any(w.convert is not None for w in weights):
         check_adapter_base(models[0].info)  # a safetensors adapter on a GGUF base
     if quantize is not None and models[0].convert is None and models[0].info.file_type not in _QUANTIZABLE:
@@ -278,6 +285,30 @@ def _base_info(store: ModelStore, layer: Layer) -> GGUFInfo:
         return _blob_info(store, layer.digest)
     except BadRequest:
         return GGUFInfo({})
+
+
+def sibling_shards(path: Path) -> list[Path]:
+    """The other shards of a split GGUF beside `path`, by llama.cpp's naming (NAME-00002-of-00003.gguf)."""
+    names = shard_set(path.name) or []
+    return [path.with_name(n) for n in names if n != path.name and path.with_name(n).is_file()]
+
+
+def _shards_in_order(models: list[_Weights]) -> list[_Weights]:
+    """Several model files are one model only as every shard of one split GGUF (its split.no/split.count
+    metadata): returned in shard order, the first carrying the whole model's tensor table."""
+    splits = [(m.info.split, m) for m in models]
+    shards = [(split, m) for split, m in splits if split is not None]
+    if len(shards) < len(splits):
+        raise BadRequest("more than one model file: give one GGUF, or every shard of one split GGUF")
+    count = shards[0][0][1]
+    have = sorted(no for (no, _), _m in shards)
+    if have != list(range(count)) or any(c != count for (_, c), _m in shards):
+        missing = sorted(set(range(count)) - set(have))
+        detail = f"missing {', '.join(str(i + 1) for i in missing)} of {count}" if missing else "shards of two models"
+        raise BadRequest(f"incomplete split GGUF model: {detail}")
+    ordered = [m for _split, m in sorted(shards, key=lambda pair: pair[0][0])]
+    ordered[0].info = ordered[0].info.with_shards([m.info for m in ordered[1:]])
+    return ordered
 
 
 def _file_info(path: Path) -> GGUFInfo:

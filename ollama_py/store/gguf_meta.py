@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import mmap
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,6 +187,20 @@ class GGUFInfo:
     @property
     def is_adapter(self) -> bool:
         return self.kind == "adapter"
+
+    @property
+    def split(self) -> tuple[int, int] | None:
+        """(shard index from 0, shard count) of a split GGUF (llama.cpp's gguf-split: model-00001-of-00003.gguf
+        and so on; the first holds every key/value, each its share of the tensors); None for a whole file."""
+        no, count = self.kv.get("split.no"), self.kv.get("split.count")
+        if not isinstance(no, int) or not isinstance(count, int) or isinstance(no, bool) or count < 2:
+            return None
+        return (no, count) if 0 <= no < count else None
+
+    def with_shards(self, others: Sequence[GGUFInfo]) -> GGUFInfo:
+        """The whole model of a split GGUF: this (the first shard's) key/values, every shard's tensors."""
+        table = self.tensor_table + tuple(row for other in others for row in other.tensor_table)
+        return GGUFInfo(self.kv, table)
 
     @property
     def tensors(self) -> list[tuple[str, str, list[int]]]:

@@ -75,6 +75,7 @@ class Model:
     size: int
     info: GGUFInfo | None = field(default=None, repr=False, compare=False)  # the weights' header
     draft_path: Path | None = None  # the speculative-decoding draft model (a DRAFT layer), if any
+    shards: tuple[Path, ...] = ()  # a split GGUF's files in order (model_path is the first); () for one file
 
     @property
     def digest(self) -> str:
@@ -178,6 +179,7 @@ class ModelStore:
         config = self._read_config(manifest)
 
         model_path: Path | None = None
+        shards: list[Path] = []
         draft_path: Path | None = None
         adapters: list[Path] = []
         projectors: list[Path] = []
@@ -188,8 +190,9 @@ class ModelStore:
         for layer in manifest.layers:
             mt = layer.media_type
             if mt == MEDIA_MODEL:
+                shards.append(self.blobs.path(layer.digest))
                 if model_path is None:
-                    model_path = self.blobs.path(layer.digest)
+                    model_path = shards[0]
             elif mt == MEDIA_ADAPTER:
                 adapters.append(self.blobs.path(layer.digest))
             elif mt == MEDIA_PROJECTOR:
@@ -210,11 +213,14 @@ class ModelStore:
             elif mt == MEDIA_LICENSE:
                 licenses.append(self._read_text(layer.digest))
         info = self._info_for(model_path) if model_path is not None else None
+        if info is not None and len(shards) > 1:  # a split GGUF: its whole tensor table
+            infos = [self._info_for(p) for p in shards[1:]]
+            info = info.with_shards([i for i in infos if i is not None])
         return Model(
             name=stored, manifest=manifest, model_path=model_path, adapters=tuple(adapters),
             projectors=tuple(projectors), template=template, system=system, params=params,
             messages=messages, licenses=licenses, config=config, modified_at=modified_at,
-            size=manifest.size, info=info, draft_path=draft_path,
+            size=manifest.size, info=info, draft_path=draft_path, shards=tuple(shards) if len(shards) > 1 else (),
         )
 
     def info(self, model: Model) -> GGUFInfo:
