@@ -65,7 +65,11 @@ def is_running(client: Client, model: str) -> bool:
 @click.option("-q", "--quantize", metavar="TYPE", help="Quantize model to this level (e.g. q4_K_M)")
 @click.option("--draft-quantize", metavar="TYPE", help="Quantize draft model to this level")
 def create(model: str, file: str | None, quantize: str | None, draft_quantize: str | None) -> None:
-    """Create a model from a Modelfile."""
+    """Create a model from a Modelfile.
+
+    FROM takes a model name, a GGUF file (one shard of a split GGUF brings every shard beside it), a directory of
+    GGUF or Hugging Face safetensors files (converted by llama.cpp's converter); DRAFT adds a draft model for
+    speculative decoding; ADAPTER a LoRA adapter."""
     try:
         parse_name(model)
     except InvalidModelName:

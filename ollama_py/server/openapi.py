@@ -64,8 +64,13 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "typical_p": _FLOAT32, "repeat_last_n": _INT, "temperature": _FLOAT32, "repeat_penalty": _FLOAT32,
     "presence_penalty": _FLOAT32, "frequency_penalty": _FLOAT32, "stop": _STR_OR_STRS, "num_ctx": _INT,
     "num_batch": _INT, "num_gpu": _INT, "main_gpu": _INT, "use_mmap": _BOOL, "num_thread": _INT,
-    "draft_num_predict": _INT, "draft_ngram": _BOOL,
+    "draft_num_predict": _INT, "draft_ngram": _BOOL, "reasoning_budget": _INT,
 }
+
+
+# Anthropic's extended thinking: {"type": "enabled", "budget_tokens": N} (the reasoning_budget option) or disabled
+_THINKING = {"type": "object", "properties": {"type": {"enum": ["enabled", "disabled"]},
+                                              "budget_tokens": {**_INT, "minimum": 0}}}
 
 
 def _option(name: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -173,14 +178,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                                                                 role={"enum": ["user", "assistant"]},
                                                                 content={"oneOf": [_STR, {"type": "array"}]})},
         system={"oneOf": [_STR, {"type": "array"}]}, stream=_BOOL, temperature=_NUM, top_p=_NUM, top_k=_INT,
-        stop_sequences=_STRS, tools=_ANTHROPIC_TOOLS, thinking={"type": "object"},
+        stop_sequences=_STRS, tools=_ANTHROPIC_TOOLS, thinking=_THINKING,
     ),
     "AnthropicCountTokensRequest": _obj(
         ("model", "messages"), model=_NAME,
         messages={"type": "array", "minItems": 1, "items": _obj(("role", "content"),
                                                                 role={"enum": ["user", "assistant"]},
                                                                 content={"oneOf": [_STR, {"type": "array"}]})},
-        system={"oneOf": [_STR, {"type": "array"}]}, tools=_ANTHROPIC_TOOLS, thinking={"type": "object"},
+        system={"oneOf": [_STR, {"type": "array"}]}, tools=_ANTHROPIC_TOOLS, thinking=_THINKING,
     ),
 }
 
