@@ -73,6 +73,15 @@ class Metrics(TypedDict, total=False):
     prompt_truncated: bool  # ours: the prompt was cut to fit num_ctx (server/truncation.py); absent when not
 
 
+class PromptProgress(TypedDict):
+    """Ours (a request's `"prompt_progress": true`): llama-server's progress through a long prompt, in tokens."""
+
+    total: int  # the prompt's tokens
+    cache: int  # of them, reused from the slot's cache
+    processed: int  # evaluated so far (cache included)
+    time_ms: float
+
+
 class GenerateResponse(Metrics):
     model: str  # the name as the request wrote it
     created_at: str  # RFC 3339, UTC
@@ -82,6 +91,7 @@ class GenerateResponse(Metrics):
     done_reason: NotRequired[str]  # "stop" | "length" | "load" | "unload" (final chunk)
     context: NotRequired[list[int]]  # the deprecated context, unless raw (final chunk)
     logprobs: NotRequired[list[Logprob]]
+    prompt_progress: NotRequired[PromptProgress]  # ours, asked for: chunks before the first token
 
 
 class ChatResponse(Metrics):
@@ -91,6 +101,7 @@ class ChatResponse(Metrics):
     done: bool
     done_reason: NotRequired[str]
     logprobs: NotRequired[list[Logprob]]
+    prompt_progress: NotRequired[PromptProgress]  # ours, asked for: chunks before the first token
 
 
 class EmbedResponse(TypedDict):

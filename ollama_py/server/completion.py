@@ -68,6 +68,7 @@ class CompletionRequest:
     started: float = field(default_factory=time.perf_counter)
     lane: Lane | None = None  # the per-token fast path, for a streamed response (server/streaming.py)
     truncate: bool = True  # a prompt longer than the context is cut to fit (False: refused with a 400)
+    progress: bool = False  # stream prompt-processing progress (Delta.progress) before the first token
 
     @property
     def thinks(self) -> bool:
@@ -81,6 +82,7 @@ class Delta:
     probs: list[dict[str, Any]] | None = None
     thinking: str = ""
     tool_calls: list[ToolCall] | None = None  # calls completed by this event's text (requests with tools)
+    progress: dict[str, Any] | None = None  # llama-server's prompt_progress: {total, cache, processed, time_ms}
 
 
 @dataclass(slots=True)
@@ -202,7 +204,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
             load_ns = int(min(loaded.runner.load_duration, time.perf_counter() - t_wait) * 1e9)
         out = _Collected(await build_prompt(req, loaded))
         split = await _Split.for_request(req, out.prompt)
-        lane = req.lane if split is None and req.logprobs is None else None
+        lane = req.lane if split is None and req.logprobs is None and not req.progress else None
         async for delta in _deltas(loaded, req, out, split, lane, stats):
             yield delta
         final = await _final(req, loaded, out, load_ns)
@@ -266,6 +268,8 @@ def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any
         body["return_tokens"] = True
     if req.logprobs is not None:
         body["n_probs"] = max(req.logprobs, 1)
+    if req.progress:
+        body["return_progress"] = True
     body.update(_budget_fields(req, prompt))
     return body
 
@@ -296,8 +300,11 @@ async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split
     while True:  # at most twice
         try:
             async for event in loaded.client.stream("/completion", body, lane.tap if lane is not None else None):
-                stats.first_output()
                 stop = bool(event.get("stop"))
+                if req.progress and not stop and "prompt_progress" in event and not event.get("content"):
+                    yield Delta("", progress=event["prompt_progress"])
+                    continue
+                stats.first_output()
                 if stop:
                     out.last_event = event
                 if req.want_context and event.get("tokens") and not stop:

@@ -18,6 +18,7 @@ from ollama_py.api.wire import (
     Message,
     Metrics,
     ProcessModelResponse,
+    PromptProgress,
     Tool,
 )
 from ollama_py.errors import BadRequest
@@ -75,6 +76,17 @@ async def _load_or_unload(request: web.Request, model: Model, opts: dict[str, An
 
 def _streaming(body: dict[str, Any]) -> bool:
     return field(body, "stream", bool, True)
+
+
+def _progress(body: dict[str, Any]) -> bool:
+    """Ours: `"prompt_progress": true` streams chunks with llama-server's progress through the prompt before the
+    first token (off by default, so Ollama's clients see Ollama's chunks); nothing to show unless streamed."""
+    return field(body, "prompt_progress", bool, False) and _streaming(body)
+
+
+def _progress_entry(progress: dict[str, Any]) -> PromptProgress:
+    return {"total": int(progress.get("total", 0)), "cache": int(progress.get("cache", 0)),
+            "processed": int(progress.get("processed", 0)), "time_ms": float(progress.get("time_ms", 0))}
 
 
 async def _reply(request: web.Request, body: dict[str, Any],
@@ -146,7 +158,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             context=context or None, want_context=not raw, suffix=suffix, images=images,
                             think=_think(body, model), logprobs=top, started=started,
-                            truncate=field(body, "truncate", bool, True))
+                            truncate=field(body, "truncate", bool, True), progress=_progress(body))
     if raw:
         req.prompt = prompt
     else:
@@ -172,7 +184,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     async def events() -> AsyncIterator[GenerateResponse]:
         async for ev in run_completion(request.app[SCHEDULER], req):
             if isinstance(ev, Delta):
-                yield chunk(ev.text, ev.thinking, probs=ev.probs if top is not None else None)
+                piece = chunk(ev.text, ev.thinking, probs=ev.probs if top is not None else None)
+                if ev.progress is not None:
+                    piece["prompt_progress"] = _progress_entry(ev.progress)
+                yield piece
             else:
                 out: GenerateResponse = {"model": raw_name, "created_at": now_rfc3339(), "response": "",
                                          "done": True, "done_reason": ev.done_reason}
@@ -274,7 +289,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return web.json_response(answer)
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
-                            logprobs=top, started=started, truncate=field(body, "truncate", bool, True))
+                            logprobs=top, started=started, truncate=field(body, "truncate", bool, True),
+                            progress=_progress(body))
 
     def chunk(text: str, thinking: str = "", created_at: str = "",
               probs: list[dict[str, Any]] | None = None) -> ChatResponse:
@@ -297,6 +313,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                 out = chunk(ev.text, ev.thinking, probs=probs)
                 if ev.tool_calls:  # with tools only what may be a call waits; a call goes out once complete
                     out["message"]["tool_calls"] = ev.tool_calls
+                if ev.progress is not None:
+                    out["prompt_progress"] = _progress_entry(ev.progress)
                 yield out
             else:
                 yield {"model": raw_name, "created_at": now_rfc3339(), "message": {"role": "assistant", "content": ""},

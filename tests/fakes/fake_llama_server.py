@@ -811,6 +811,8 @@ async def serve_completion(request: web.Request, body: dict[str, Any], prompt: A
             # llama-server sends the headers when the slot starts, before the first token.
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
             await resp.prepare(request)
+            if body.get("return_progress") and flavour is NATIVE:
+                await _write_progress(resp, c, slot.id, body)
         async for step in c.run(request):
             slot.cache.append(step.token)
             if resp is not None:
@@ -840,6 +842,19 @@ async def serve_completion(request: web.Request, body: dict[str, Any], prompt: A
         _log(f"slot      release: id {slot.id:2d} | task {slot.id_task} | stop processing: "
              f"n_tokens = {len(slot.cache)}, truncated = {int(c.truncated)}")
         await state.slots.release(slot)
+
+
+async def _write_progress(resp: web.StreamResponse, c: Completion, id_slot: int, body: dict[str, Any]) -> None:
+    """/completion's return_progress: a 0 % event when the slot starts, then one per batch of n_batch tokens
+    (default 512) of the prompt past the cached prefix, each with content "" (as llama-server sends them)."""
+    total, cache = len(c.prompt), c.cache_n
+    batch = int(body.get("n_batch") or 512)
+    marks = [cache, *range(min(cache + batch, total), total, batch), total]
+    for processed in dict.fromkeys(marks):
+        event = {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": id_slot,
+                 "tokens_predicted": 0, "tokens_evaluated": total,
+                 "prompt_progress": {"total": total, "cache": cache, "processed": processed, "time_ms": 0.0}}
+        await resp.write(f"data: {_dumps(event)}\n\n".encode())
 
 
 def _account(state: FakeServer, c: Completion) -> None:

@@ -88,6 +88,16 @@ def test_stop_ends_the_answer_mid_way(page: Any, fake_console: Any) -> None:
     expect(page.locator(".msg.assistant .stats")).to_have_count(0)
 
 
+def test_a_long_prompt_shows_its_progress_until_the_answer_starts(page: Any, fake_console: Any) -> None:
+    console = fake_console({"FAKE_REPLY": "Done reading.", "FAKE_TOKEN_DELAY": "1.5"})
+    open_chat(page, console.url)
+    send(page, " ".join(f"w{i}" for i in range(1500)))  # three of the fake runner's 512-token batches
+    note = page.locator(".msg.assistant .prompt-progress")
+    expect(note).to_have_text("processing prompt 100 %")  # the runner has read it all; the first token is coming
+    expect(page.locator(".msg.assistant .content")).to_contain_text("Done reading.")
+    expect(note).to_have_count(0)
+
+
 def test_conversations_survive_a_reload_and_new_chat_starts_empty(page: Any, fake_console: Any) -> None:
     console = fake_console({"FAKE_REPLY": "Paris is the capital."})
     open_chat(page, console.url)

@@ -81,6 +81,9 @@ function messageElement(msg) {
   else content.textContent = msg.content;
   el.append(content);
   for (const img of msg.images || []) el.append(h('img', { class: 'thumb', src: `data:image/*;base64,${img}`, alt: 'attached image' }));
+  if (msg.progress != null && !msg.content && !msg.thinking) {
+    el.append(h('div', { class: 'note prompt-progress' }, `processing prompt ${msg.progress} %`));
+  }
   if (msg.stopped) el.append(h('div', { class: 'note' }, 'stopped'));
   if (msg.error) el.append(h('div', { class: 'error' }, msg.error));
   if (msg.stats) el.append(h('div', { class: 'stats' }, statsLine(msg.stats)));
@@ -166,13 +169,17 @@ async function send(text) {
     box.scrollTop = box.scrollHeight;
   };
   const body = { model, messages: chat.system ? [{ role: 'system', content: chat.system }, ...history] : history,
-    stream: true, options: chat.options };
+    stream: true, options: chat.options, prompt_progress: true };
   if (!$('#think-row').hidden) body.think = chat.think;
   const controller = new AbortController();
   running = { controller, chatId: chat.id };
   setRunning(true);
   try {
     for await (const chunk of ndjson('/api/chat', body, controller.signal)) {
+      if (chunk.prompt_progress) {
+        const { processed, total } = chunk.prompt_progress;
+        answer.progress = total ? Math.floor((100 * processed) / total) : 0;
+      }
       answer.content += chunk.message?.content || '';
       if (chunk.message?.thinking) answer.thinking = (answer.thinking || '') + chunk.message.thinking;
       if (chunk.done) answer.stats = chunk;
@@ -182,6 +189,7 @@ async function send(text) {
     if (controller.signal.aborted) answer.stopped = true;
     else answer.error = String(e.message || e);
   } finally {
+    delete answer.progress;
     if (answer.stats) {
       const { eval_count, eval_duration, load_duration, prompt_eval_count, prompt_eval_duration } = answer.stats;
       answer.stats = { eval_count, eval_duration, load_duration, prompt_eval_count, prompt_eval_duration };
