@@ -44,12 +44,13 @@ log = logging.getLogger(__name__)
 FINGERPRINT_KEY = "model_settings"
 
 
-def runner_args(ms: ModelSettings) -> tuple[str, ...]:
-    """The llama-server flags of the settings that have no LaunchSpec field of their own, then extra_args."""
+def runner_args(ms: ModelSettings, *, offload: bool = True) -> tuple[str, ...]:
+    """The llama-server flags of the settings that have no LaunchSpec field of their own, then extra_args.
+    `offload` False: the plan puts no layer on a GPU (its `--device none` must stay the last word)."""
     args: list[str] = []
     if ms.n_cpu_moe is not None:
         args += ["--n-cpu-moe", str(ms.n_cpu_moe)]
-    if ms.device:
+    if ms.device and offload:
         args += ["--device", ms.device]
     if ms.split_mode:
         args += ["--split-mode", ms.split_mode]  # after build_argv's own "--split-mode none": the last one counts
@@ -77,7 +78,7 @@ def planning_options(options: dict[str, Any], ms: ModelSettings) -> dict[str, An
 
 def apply(plan: LoadPlan, ms: ModelSettings) -> LoadPlan:
     """The plan's launch spec with the model's GPU pinning, tensor split and flags, and its fingerprint."""
-    changes: dict[str, Any] = {"extra": (*plan.spec.extra, *runner_args(ms))}
+    changes: dict[str, Any] = {"extra": (*plan.spec.extra, *runner_args(ms, offload=plan.spec.n_gpu_layers != 0))}
     if ms.main_gpu is not None:
         changes["main_gpu"] = ms.main_gpu
     if ms.tensor_split:

@@ -51,7 +51,8 @@ def values(argv: list[str], flag: str) -> list[str]:
     pytest.param("flash_attention = true", [("--flash-attn", "on")], [], id="flash-on"),
     pytest.param("flash_attention = false", [("--flash-attn", "off")], [], id="flash-off"),
     pytest.param("n_cpu_moe = 12", [("--n-cpu-moe", "12")], [], id="n-cpu-moe"),
-    pytest.param('device = ["CUDA0", "CUDA1"]', [("--device", "CUDA0,CUDA1")], [], id="device-list"),
+    # no GPU here, so the plan offloads nothing: its own --device none stays the last word
+    pytest.param('device = ["CUDA0", "CUDA1"]', [("--device", "none")], [], id="device-list-on-a-cpu-plan"),
     pytest.param('device = "none"', [("--device", "none")], [], id="device-none"),
     pytest.param("main_gpu = 1", [("--main-gpu", "1"), ("--split-mode", "none")], [], id="main-gpu-pins"),
     pytest.param('split_mode = "row"', [("--split-mode", "row")], [], id="split-mode"),
@@ -123,3 +124,9 @@ def test_help_flags_are_read_from_the_flag_column() -> None:
 
 def test_no_runner_built_means_no_check(tmp_path) -> None:
     assert msettings.runner_flags(tmp_path) is None
+
+
+def test_a_pinned_device_is_passed_only_when_the_plan_offloads() -> None:
+    ms = settings_for('[models."m"]\ndevice = ["CUDA0", "CUDA1"]\n')
+    assert msettings.runner_args(ms) == ("--device", "CUDA0,CUDA1")
+    assert msettings.runner_args(ms, offload=False) == ()
