@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ollama_py.config import Settings
 from ollama_py.errors import ModelNotFound, RunnerLoadError
@@ -22,7 +22,10 @@ from ollama_py.runner import rpc, shards, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess, RunnerState
 from ollama_py.scheduler import model_settings, policy
-from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
+from ollama_py.scheduler.scheduler import Loaded, LoadPlan, Scheduler
+
+if TYPE_CHECKING:
+    from ollama_py.store.models import Model
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +42,17 @@ def model_shape(path: Path) -> memory.ModelShape:
     return _shape(str(path), path.stat().st_mtime_ns)
 
 
-def weights_shape(model: Any) -> memory.ModelShape:
+def weights_shape(model: Model) -> memory.ModelShape:
     """(Blocking, cached.) The shape of a stored model's weights: its one GGUF, or all the shards of a split one."""
     files = getattr(model, "shards", ())
-    return memory.shape_from_shards(files) if files else model_shape(model.model_path)
+    if files:
+        return memory.shape_from_shards(files)
+    if model.model_path is None:
+        raise FileNotFoundError(None)  # a manifest without weights: "missing a blob" (_shape_of_stored)
+    return model_shape(model.model_path)
 
 
-def _shape_of_stored(model: Any) -> memory.ModelShape:
+def _shape_of_stored(model: Model) -> memory.ModelShape:
     """The weights' shape; a weights, adapter or projector blob deleted from disk behind our back is a 404 that
     names the model (never a 500 quoting the server's blob path)."""
     try:
@@ -60,7 +67,7 @@ def _shape_of_stored(model: Any) -> memory.ModelShape:
             from None
 
 
-def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int, model: Any,
+def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int, model: Model,
               options: dict[str, Any], embedding: bool,
               workers_free: Callable[[tuple[str, ...]], dict[str, int]] = lambda servers: {},
               runner: model_settings.RunnerMemory | None = None) -> LoadPlan:
@@ -75,6 +82,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     runner = runner or model_settings.RunnerMemory()
     gpus = devices.pinned_gpus(gpus, runner.devices)
     shape = _shape_of_stored(model)
+    assert model.model_path is not None  # else _shape_of_stored raised ModelNotFound
     num_ctx = int(options.get("num_ctx") or settings.context_length)
     num_ctx = max(num_ctx, 4)
     if shape.context_length:
@@ -257,8 +265,8 @@ def runner_gpus(variant: str, binary: Path | None, env: dict[str, str]) -> list[
 
 
 def default_scheduler(settings: Settings,
-                      models: Callable[[Any], model_settings.ModelSettings] | None = None,
-                      may_stay: Callable[[Any, Any], bool] = lambda loading, loaded: True) -> Scheduler:
+                      models: Callable[[Model], model_settings.ModelSettings] | None = None,
+                      may_stay: Callable[[Model, Model], bool] = lambda loading, loaded: True) -> Scheduler:
     """The real scheduler. `models(model)` is a model's settings from the config file (its runner settings,
     keep-alive): asked at every plan, so a reloaded file applies to the next load; `may_stay` its exclusive
     groups (Scheduler's seam)."""
@@ -286,7 +294,7 @@ def default_scheduler(settings: Settings,
     held: dict[str, int] = {}
     free_at_start = sum(max(g.free - settings.gpu_overhead, 0) for g in gpus)
 
-    def track_device_memory(event: str, loaded: Any) -> None:
+    def track_device_memory(event: str, loaded: Loaded) -> None:
         if event == "loaded":
             held[loaded.key] = loaded.plan.size_vram if loaded.actual_vram is None else loaded.actual_vram
         else:
@@ -304,7 +312,7 @@ def default_scheduler(settings: Settings,
 
     workers = rpc.WorkerProbe(lambda: next(iter(variants.built_variants(settings.runners_dir).values()), None))
 
-    async def plan(model: Any, options: dict[str, Any], embedding: bool) -> LoadPlan:
+    async def plan(model: Model, options: dict[str, Any], embedding: bool) -> LoadPlan:
         free = await workers.free(rpc.workers_for(options.get("rpc_servers"), settings.rpc_servers))
         if models is None:
             return plan_load(settings, gpus, system.free, model, options, embedding, lambda servers: free)
@@ -326,7 +334,7 @@ def default_scheduler(settings: Settings,
     return scheduler
 
 
-def record_actual_memory(event: str, loaded: Any) -> None:
+def record_actual_memory(event: str, loaded: Loaded) -> None:
     """After a load: what llama-server really allocated (its buffer log lines), kept for /api/ps and compared
     with the estimate in the log."""
     if event != "loaded":

@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ollama_py.config import Settings
 from ollama_py.errors import OllamaError, ServerBusy
@@ -31,6 +31,9 @@ from ollama_py.runner.client import LlamaClient, RunnerStalled
 from ollama_py.runner.load_progress import LoadReport
 from ollama_py.runner.process import RunnerProcess, RunnerState
 from ollama_py.scheduler import policy
+
+if TYPE_CHECKING:
+    from ollama_py.store.models import Model
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,7 @@ class Loaded:
     """One loaded (or loading) model and its runner."""
 
     name: str
-    model: Any  # store.models.Model
+    model: Model
     plan: LoadPlan
     runner: RunnerProcess
     client: LlamaClient
@@ -97,13 +100,13 @@ class Scheduler:
         self,
         settings: Settings,
         *,
-        plan: Callable[[Any, dict[str, Any], bool], LoadPlan | Awaitable[LoadPlan]],
+        plan: Callable[[Model, dict[str, Any], bool], LoadPlan | Awaitable[LoadPlan]],
         runner_factory: Callable[[LoadPlan, str, Callable[[RunnerProcess], None]], RunnerProcess],
         free_memory: Callable[[LoadPlan], int | None] = lambda plan: None,
         gpu_count: int = 0,
         clock: Callable[[], float] = time.time,
-        default_keep_alive: Callable[[Any], float | None] = lambda model: None,
-        may_stay: Callable[[Any, Any], bool] = lambda loading, loaded: True,
+        default_keep_alive: Callable[[Model], float | None] = lambda model: None,
+        may_stay: Callable[[Model, Model], bool] = lambda loading, loaded: True,
     ) -> None:
         self.settings = settings
         self._default_keep_alive = default_keep_alive  # a model's own default (the config file), else settings'
@@ -121,7 +124,7 @@ class Scheduler:
 
     # -- public -------------------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def use(self, model: Any, options: dict[str, Any], keep_alive: float | None, *,
+    async def use(self, model: Model, options: dict[str, Any], keep_alive: float | None, *,
                   embedding: bool = False,
                   progress: Callable[[Loaded, LoadReport], None] | None = None) -> AsyncIterator[Loaded]:
         """A ready runner for model with one of its slots held for the duration of the block. `progress` is
@@ -172,13 +175,13 @@ class Scheduler:
                     loaded.requests_served += 1
                 await self._release(loaded)
 
-    async def load(self, model: Any, options: dict[str, Any], keep_alive: float | None, *,
+    async def load(self, model: Model, options: dict[str, Any], keep_alive: float | None, *,
                    embedding: bool = False, progress: Callable[[Loaded, LoadReport], None] | None = None) -> Loaded:
         """Load without generating (an empty prompt): the model stays for its keep-alive."""
         async with self.use(model, options, keep_alive, embedding=embedding, progress=progress) as loaded:
             return loaded
 
-    async def unload(self, model: Any, *, wait: bool = False) -> bool:
+    async def unload(self, model: Model, *, wait: bool = False) -> bool:
         """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded.
         With `wait`, return once those runners have stopped (after their current requests)."""
         try:
@@ -218,12 +221,12 @@ class Scheduler:
             loaded.runner.kill_now()
 
     # -- internals ----------------------------------------------------------------------------------------
-    async def _make_plan(self, model: Any, options: dict[str, Any], embedding: bool) -> LoadPlan:
+    async def _make_plan(self, model: Model, options: dict[str, Any], embedding: bool) -> LoadPlan:
         """The plan seam may be async (the real one asks RPC workers for their memory without blocking)."""
         plan = self._plan(model, options, embedding)
         return await plan if inspect.isawaitable(plan) else plan
 
-    async def _reserve(self, model: Any, options: dict[str, Any], keep_alive: float | None,
+    async def _reserve(self, model: Model, options: dict[str, Any], keep_alive: float | None,
                        embedding: bool) -> Loaded:
         """Find or start the runner for this request and take a reference on it (under the lock)."""
         plan = await self._make_plan(model, options, embedding)
@@ -275,7 +278,7 @@ class Scheduler:
                 self._ref(loaded, keep_alive)
                 return loaded
 
-    def _new(self, model: Any, plan: LoadPlan, keep_alive: float | None) -> Loaded:
+    def _new(self, model: Model, plan: LoadPlan, keep_alive: float | None) -> Loaded:
         name = str(getattr(getattr(model, "name", None), "short", getattr(model, "name", "model")))
         runner = self._runner_factory(plan, name, self._on_runner_exit)
         read_timeout = None if math.isinf(self.settings.request_timeout) else self.settings.request_timeout
@@ -288,7 +291,7 @@ class Scheduler:
         self.loaded[plan.key] = loaded
         return loaded
 
-    def _keep_alive_of(self, model: Any) -> float:
+    def _keep_alive_of(self, model: Model) -> float:
         own = self._default_keep_alive(model)
         return self.settings.keep_alive if own is None else own
 
@@ -401,7 +404,7 @@ def _same_lineage(loaded: LoadPlan, plans: list[LoadPlan]) -> bool:
     return any(p.lineage and loaded.lineage == p.lineage and loaded.key != p.key for p in plans)
 
 
-def _same_weights(a: Any, b: Any) -> bool:
+def _same_weights(a: Model, b: Model) -> bool:
     """Whether two stored models run on the same weights and adapters (what a plan's key stands for)."""
     return (getattr(a, "model_path", None), tuple(getattr(a, "adapters", ()))) == \
         (getattr(b, "model_path", None), tuple(getattr(b, "adapters", ())))
