@@ -209,7 +209,7 @@ class ModelSettings:
     main_gpu: int | None = None
     split_mode: str | None = None
     tensor_split: tuple[float, ...] | None = None
-    reasoning_budget: int | None = None  # not a flag: the default of the request option (server/models.py)
+    reasoning_budget: int | None = None  # not a flag: the default of the request option (server/model_lookup.py)
     threads: int | None = None
     extra_args: tuple[str, ...] = ()
 

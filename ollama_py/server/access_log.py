@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ollama_py.server.appkeys import CONSOLE, METRICS
 from ollama_py.server.console import is_console_path
-from ollama_py.server.keys import CONSOLE, METRICS
 
 if TYPE_CHECKING:
     from ollama_py.api.names import ModelName

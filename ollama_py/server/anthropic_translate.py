@@ -23,8 +23,8 @@ from typing import Any
 
 from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
+from ollama_py.server.bodies import field as typed_field
 from ollama_py.server.completion import Final
-from ollama_py.server.requests import field as typed_field
 
 Event = tuple[str, dict[str, Any]]
 

@@ -12,7 +12,7 @@ from prometheus_client import Counter
 from ollama_py.config import Settings
 from ollama_py.scheduler.model_settings import runner_flags
 from ollama_py.scheduler.scheduler import Scheduler
-from ollama_py.server import keys
+from ollama_py.server import appkeys
 from ollama_py.server.access_log import access_log_middleware
 from ollama_py.server.connections import ConnectionGuard, default_max_connections, open_file_limit
 from ollama_py.server.errors import error_middleware
@@ -28,6 +28,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     the LiveConfig that scheduler plans with (else one reads settings.config_file)."""
     from ollama_py.server import (
         openapi,
+        routes_anthropic,
         routes_load,
         routes_models,
         routes_native,
@@ -47,14 +48,14 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     app = web.Application(middlewares=[guard.middleware, access_log_middleware, error_middleware,
                                        security_middleware(settings)],
                           client_max_size=settings.max_body_bytes)
-    app[keys.SETTINGS] = settings
-    app[keys.CONNECTIONS] = guard
-    app[keys.STORE] = ModelStore(settings.models)
-    app[keys.METRICS] = Metrics()
+    app[appkeys.SETTINGS] = settings
+    app[appkeys.CONNECTIONS] = guard
+    app[appkeys.STORE] = ModelStore(settings.models)
+    app[appkeys.METRICS] = Metrics()
     live = live_config or LiveConfig(settings, known_flags=lambda: runner_flags(settings.runners_dir))
-    app[keys.CONFIG] = live
+    app[appkeys.CONFIG] = live
     reloads = Counter("ollama_config_reloads", "Reloads of the config file, by result (ok, error)", ["result"],
-                      registry=app[keys.METRICS].registry)
+                      registry=app[appkeys.METRICS].registry)
     live.on_reload.append(lambda result: reloads.labels(result).inc())
     app.on_response_prepare.append(add_cors_headers)
     app.add_routes(routes_native.routes)
@@ -62,6 +63,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     app.add_routes(routes_models.routes)
     app.add_routes(routes_transfer.routes)
     app.add_routes(routes_openai.routes)
+    app.add_routes(routes_anthropic.routes)
     app.add_routes(routes_tokens.routes)
     app.add_routes(routes_rerank.routes)
     app.add_routes(metrics_routes)
@@ -72,7 +74,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
         setup_console(app)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        store = app[keys.STORE]
+        store = app[appkeys.STORE]
         if not settings.noprune:
             removed = await asyncio.to_thread(store.prune)
             if removed:
@@ -83,8 +85,8 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
             from ollama_py.scheduler.factory import default_scheduler
 
             sched = await asyncio.to_thread(default_scheduler, settings, live.for_model, live.may_stay)
-        app[keys.SCHEDULER] = sched
-        app[keys.METRICS].attach(sched)
+        app[appkeys.SCHEDULER] = sched
+        app[appkeys.METRICS].attach(sched)
         try:
             yield
         finally:
@@ -93,7 +95,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     async def stop_runners(app: web.Application) -> None:
         # on_shutdown runs before aiohttp waits (shutdown_timeout) for in-flight handlers: stopping the runners
         # first ends their streams now, with an error line, so SIGTERM / Ctrl-C of serve does not hang.
-        sched = app.get(keys.SCHEDULER)
+        sched = app.get(appkeys.SCHEDULER)
         if sched is not None:
             await sched.shutdown()
 

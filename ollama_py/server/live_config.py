@@ -31,7 +31,7 @@ from ollama_py.config import Settings
 from ollama_py.config_file import ConfigFile, ModelSettings, check_extra_args, is_glob, read_config
 from ollama_py.errors import ConfigError, OllamaError
 from ollama_py.scheduler.model_settings import FINGERPRINT_KEY
-from ollama_py.server.keys import CONFIG, SCHEDULER, SETTINGS, STORE
+from ollama_py.server.appkeys import CONFIG, SCHEDULER, SETTINGS, STORE
 
 if TYPE_CHECKING:
     from ollama_py.scheduler.scheduler import Loaded
@@ -233,13 +233,13 @@ async def preload(live: LiveConfig, find: Callable[[ModelName], Awaitable[Model]
 
 async def while_serving(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx (after the scheduler's): preload, then watch the file until serve stops."""
-    from ollama_py.server.models import _load, default_options
+    from ollama_py.server.model_lookup import default_options, load_stored
 
     live, sched, store, settings = app[CONFIG], app[SCHEDULER], app[STORE], app[SETTINGS]
     tasks: set[asyncio.Task[Any]] = set()
 
     async def find(name: ModelName) -> Model:
-        return await asyncio.to_thread(_load, store, name)
+        return await asyncio.to_thread(load_stored, store, name)
 
     async def load(model: Model, ms: ModelSettings) -> None:
         embedding = "completion" not in model.capabilities  # an embedding model or a reranker

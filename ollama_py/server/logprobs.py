@@ -12,7 +12,7 @@ from typing import Any
 
 from ollama_py.api.logprobs import MAX_TOP_LOGPROBS, Logprob
 from ollama_py.errors import BadRequest
-from ollama_py.server.requests import field
+from ollama_py.server.bodies import field
 
 
 def requested(body: dict[str, Any]) -> int | None:

@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ollama_py.errors import OllamaError
 from ollama_py.estimate.gpus import GpuInfo, probe_nvidia
-from ollama_py.server.keys import METRICS
+from ollama_py.server.appkeys import METRICS
 
 if TYPE_CHECKING:
     from ollama_py.scheduler.scheduler import Loaded, Scheduler

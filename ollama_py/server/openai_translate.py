@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
+from ollama_py.server.bodies import field
 from ollama_py.server.completion import Final
 from ollama_py.server.logprobs import entries as logprob_entries
-from ollama_py.server.requests import field
 
 if TYPE_CHECKING:
     from ollama_py.store.models import Model

@@ -18,8 +18,8 @@ from typing import Any
 from ollama_py.api.wire import Message, Tool, ToolCall, ToolFunction
 from ollama_py.errors import BadRequest
 from ollama_py.server import openai_translate as oai
+from ollama_py.server.bodies import field
 from ollama_py.server.completion import Final
-from ollama_py.server.requests import field
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _EFFORTS = ("low", "medium", "high", "max")

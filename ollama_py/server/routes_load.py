@@ -24,9 +24,9 @@ from aiohttp import web
 
 from ollama_py.runner.load_progress import MODEL_PART, LoadReport, LoadStage
 from ollama_py.scheduler.scheduler import Loaded
-from ollama_py.server.keys import SCHEDULER
-from ollama_py.server.models import find_model, keep_alive, merged_options
-from ollama_py.server.requests import field, read_json, requested_model
+from ollama_py.server.appkeys import SCHEDULER
+from ollama_py.server.bodies import field, keep_alive, read_json, requested_model
+from ollama_py.server.model_lookup import find_model, merged_options
 from ollama_py.server.routes_native import ps_entry
 from ollama_py.server.streaming import collect, ndjson
 

@@ -20,9 +20,9 @@ from ollama_py.api.options import format_params
 from ollama_py.api.wire import ShowResponse
 from ollama_py.errors import BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
-from ollama_py.server.keys import CONFIG, SCHEDULER, SETTINGS, STORE
-from ollama_py.server.models import find_model
-from ollama_py.server.requests import field, model_name, read_json, requested_model
+from ollama_py.server.appkeys import CONFIG, SCHEDULER, SETTINGS, STORE
+from ollama_py.server.bodies import field, model_name, read_json, requested_model
+from ollama_py.server.model_lookup import find_model
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.store.gguf_meta import model_info
 from ollama_py.store.manifests import MEDIA_MODEL

@@ -23,13 +23,14 @@ from ollama_py.api.wire import (
 )
 from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings, logprobs
+from ollama_py.server.appkeys import SCHEDULER
+from ollama_py.server.bodies import check_images, field, keep_alive, read_json, requested_model, token_ids
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
-from ollama_py.server.keys import SCHEDULER
 from ollama_py.server.metrics import queue_counts
-from ollama_py.server.models import find_model, keep_alive, merged_options, rfc3339
+from ollama_py.server.model_lookup import find_model, merged_options
 from ollama_py.server.rendering import parse_off_loop
-from ollama_py.server.requests import check_images, field, read_json, requested_model, token_ids
 from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
+from ollama_py.store.models import rfc3339
 
 if TYPE_CHECKING:
     from ollama_py.scheduler.scheduler import Loaded
@@ -376,6 +377,15 @@ def _expires_at(loaded: Loaded) -> float:
     return time.time() + loaded.session_duration
 
 
+_FOREVER = (2**63 - 1) / 1e9  # Ollama's keep-alive "forever": the longest Go duration, ~292 years
+
+
+def _expires_rfc3339(ts: float) -> str:
+    """store.models.rfc3339, with "forever" as Ollama shows it: now plus the longest Go duration (~292 years
+    ahead, what its `time.Now().Add(math.MaxInt64)` gives)."""
+    return rfc3339(time.time() + _FOREVER if math.isinf(ts) else ts)
+
+
 def ps_entry(loaded: Loaded) -> ProcessModelResponse:
     """One loaded model as /api/ps lists it (and /api/load ends with)."""
     m = loaded.model
@@ -383,7 +393,7 @@ def ps_entry(loaded: Loaded) -> ProcessModelResponse:
     entry: ProcessModelResponse = {
         "name": loaded.name, "model": loaded.name, "size": _or(loaded.actual_size, loaded.plan.size),
         "digest": m.manifest.digest.removeprefix("sha256:"), "details": m.details,
-        "expires_at": rfc3339(_expires_at(loaded)),
+        "expires_at": _expires_rfc3339(_expires_at(loaded)),
         "size_vram": _or(loaded.actual_vram, loaded.plan.size_vram),
         "context_length": loaded.plan.context_length,
         "state": loaded.state, "queued": queued, "active": active,

@@ -1,5 +1,4 @@
-"""OpenAI-compatible routes (/v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings, /v1/models)
-and the registration of the Anthropic one (/v1/messages, in routes_anthropic.py).
+"""OpenAI-compatible routes: /v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings, /v1/models.
 
 Each handler translates the request (openai_translate), runs the one inference path (completion.run_completion
 or embeddings.embed) and translates the events back; errors are raised and the middleware writes OpenAI's
@@ -24,18 +23,16 @@ from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings
 from ollama_py.server import openai_translate as oai
 from ollama_py.server import responses_translate as rt
+from ollama_py.server.appkeys import CONFIG, SCHEDULER, STORE
+from ollama_py.server.bodies import keep_alive, read_json, requested_model
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
-from ollama_py.server.keys import CONFIG, SCHEDULER, STORE
-from ollama_py.server.models import check_chat_capabilities, find_model, keep_alive, merged_options
-from ollama_py.server.requests import read_json, requested_model
-from ollama_py.server.routes_anthropic import messages as anthropic_messages
+from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import Lane, collect, content_blocks, sse, sse_event
 
 log = logging.getLogger(__name__)
 
 routes = web.RouteTableDef()
-routes.post("/v1/messages")(anthropic_messages)
 
 
 async def _chat_request(request: web.Request, body: dict[str, Any], names: tuple[ModelName, str],

@@ -1,15 +1,13 @@
-"""The model's tokenizer over HTTP: /api/tokenize, /api/detokenize (the shapes of Ollama's open PRs for #12031)
-and Anthropic's /v1/messages/count_tokens. All go through the model's own runner (loaded on demand, kept for its
-keep-alive like any request), so the ids are the ones generation uses.
+"""The model's tokenizer over HTTP: /api/tokenize, /api/detokenize (the shapes of Ollama's open PRs for #12031).
+Both go through the model's own runner (loaded on demand, kept for its keep-alive like any request), so the ids
+are the ones generation uses; Anthropic's /v1/messages/count_tokens (routes_anthropic.py) does too.
 
     POST /api/tokenize    {"model", "text" (or "content"), "keep_alive"?, "options"?}
                           -> {"model", "tokens": [int], "total_duration", "load_duration"}
     POST /api/detokenize  {"model", "tokens": [int], "keep_alive"?, "options"?}
                           -> {"model", "text", "total_duration", "load_duration"}
-    POST /v1/messages/count_tokens  Anthropic's messages request (max_tokens not needed) -> {"input_tokens": n}
 
-Tokenize adds no BOS and parses special tokens, as Ollama's runner tokenizes; count_tokens counts the prompt
-exactly as /v1/messages would send it (template, system, tools, BOS).
+Tokenize adds no BOS and parses special tokens, as Ollama's runner tokenizes.
 """
 
 from __future__ import annotations
@@ -21,12 +19,9 @@ from aiohttp import web
 
 from ollama_py.errors import BadRequest, RunnerError
 from ollama_py.runner.client import UpstreamLost
-from ollama_py.server import anthropic_translate as ant
-from ollama_py.server.completion import CompletionRequest, build_prompt, prompt_text
-from ollama_py.server.keys import SCHEDULER
-from ollama_py.server.models import check_chat_capabilities, find_model, keep_alive, merged_options
-from ollama_py.server.requests import field, read_json, requested_model, token_ids
-from ollama_py.server.routes_native import chat_messages
+from ollama_py.server.appkeys import SCHEDULER
+from ollama_py.server.bodies import field, keep_alive, read_json, requested_model, token_ids
+from ollama_py.server.model_lookup import find_model, merged_options
 
 if TYPE_CHECKING:
     from ollama_py.scheduler.scheduler import Loaded
@@ -86,28 +81,3 @@ async def detokenize(request: web.Request) -> web.Response:
     return web.json_response({"model": raw_name, "text": text,
                               "total_duration": int((time.perf_counter() - started) * 1e9),
                               "load_duration": load_ns})
-
-
-async def count_tokens(request: web.Request) -> web.Response:
-    """Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would send, rendered and tokenized by
-    the model's runner. Errors come in Anthropic's envelope (the path is under /v1/messages)."""
-    body = await read_json(request)
-    # count_tokens takes the messages request without max_tokens
-    params = ant.parse_messages({**body, "max_tokens": field(body, "max_tokens", int, None) or 1})
-    name, raw_name = requested_model(body)
-    model = await find_model(request, name, raw_name)
-    check_chat_capabilities(model, raw_name, params.messages, params.tools)
-    opts = merged_options(request, model, params.options)
-    think = (True if params.think is None else params.think) if "thinking" in model.capabilities else None
-    req = CompletionRequest(model=model, options=opts, keep_alive=keep_alive(body),
-                            messages=chat_messages(model, params.messages), tools=params.tools, think=think)
-    async with request.app[SCHEDULER].use(model, opts, req.keep_alive) as loaded:
-        try:
-            prompt = await build_prompt(req, loaded)
-            tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=True)
-        except UpstreamLost as e:
-            raise RunnerError(str(e)) from None
-    return web.json_response({"input_tokens": len(tokens)})
-
-
-routes.post("/v1/messages/count_tokens")(count_tokens)

@@ -19,8 +19,8 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py.errors import ModelNotFound, OllamaError, RegistryError
-from ollama_py.server.keys import SETTINGS, STORE
-from ollama_py.server.requests import field, model_name, read_json
+from ollama_py.server.appkeys import SETTINGS, STORE
+from ollama_py.server.bodies import field, model_name, read_json
 from ollama_py.server.routes_models import iterate_in_thread
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.store.registry import RegistryOptions, pull_model, push_model

@@ -33,9 +33,9 @@ from ollama_py import __version__
 from ollama_py.config import Host
 from ollama_py.config_file import SERVER_FIELDS
 from ollama_py.errors import BadRequest, OllamaError
+from ollama_py.server.appkeys import CONSOLE, SCHEDULER, SETTINGS
+from ollama_py.server.bodies import read_json
 from ollama_py.server.console import BUCKET_SECONDS, Console
-from ollama_py.server.keys import CONSOLE, SCHEDULER, SETTINGS
-from ollama_py.server.requests import read_json
 
 log = logging.getLogger(__name__)
 

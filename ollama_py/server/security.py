@@ -10,9 +10,9 @@ import socket
 from aiohttp import web
 
 from ollama_py.config import Settings
+from ollama_py.server.appkeys import SETTINGS
 from ollama_py.server.console import is_console_asset
 from ollama_py.server.errors import error_response
-from ollama_py.server.keys import SETTINGS
 
 DEFAULT_ORIGINS = (
     "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",

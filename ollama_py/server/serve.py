@@ -16,8 +16,8 @@ from aiohttp import web
 from ollama_py import __version__, timeslice
 from ollama_py.config import Settings
 from ollama_py.server.app import create_app
+from ollama_py.server.appkeys import CONNECTIONS, SCHEDULER
 from ollama_py.server.connections import GuardedSite, raise_open_file_limit
-from ollama_py.server.keys import CONNECTIONS, SCHEDULER
 from ollama_py.store.lock import StoreLocked
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ollama_py.server.keys import SETTINGS
+from ollama_py.server.appkeys import SETTINGS
 
 MAX_BODY = 64 * 1024
 DIGEST_A = "sha256:" + "a" * 64

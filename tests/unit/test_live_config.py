@@ -17,7 +17,7 @@ from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.model_settings import plan_with_settings
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.app import create_app
-from ollama_py.server.keys import CONFIG, SCHEDULER
+from ollama_py.server.appkeys import CONFIG, SCHEDULER
 from ollama_py.server.live_config import LiveConfig
 from tests.conftest import create_tiny_model, fake_runner_factory, make_settings
 

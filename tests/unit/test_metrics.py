@@ -16,7 +16,7 @@ from ollama_py.estimate.gpus import GpuInfo
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 from ollama_py.server.app import create_app
-from ollama_py.server.keys import METRICS, SCHEDULER
+from ollama_py.server.appkeys import METRICS, SCHEDULER
 from ollama_py.server.metrics import Metrics, relabel
 from tests.conftest import create_tiny_model, fake_runner_factory, make_settings, write_tiny_gguf
 from tests.prometheus_scrape import Scrape

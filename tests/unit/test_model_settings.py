@@ -57,7 +57,7 @@ def values(argv: list[str], flag: str) -> list[str]:
     pytest.param("main_gpu = 1", [("--main-gpu", "1"), ("--split-mode", "none")], [], id="main-gpu-pins"),
     pytest.param('split_mode = "row"', [("--split-mode", "row")], [], id="split-mode"),
     pytest.param("tensor_split = [3, 1]", [("--tensor-split", "3,1")], [], id="tensor-split"),
-    # a request option's default (server/models.default_options), not a flag: /completion never reads the flag's
+    # a request option's default (server/model_lookup.default_options), not a flag: /completion never reads the flag's
     pytest.param("reasoning_budget = 0", [], ["--reasoning-budget"], id="reasoning-budget-is-no-flag"),
     pytest.param("threads = 6", [("-t", "6")], [], id="threads"),
     pytest.param("num_parallel = 3", [("-np", "3"), ("-c", "1536"), ("--kv-unified-per-slot", "512")], [],

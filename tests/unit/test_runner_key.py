@@ -13,7 +13,7 @@ import aiohttp
 import psutil
 import pytest
 
-from ollama_py.server.keys import SCHEDULER
+from ollama_py.server.appkeys import SCHEDULER
 
 BODY = {"prompt": "hi", "n_predict": 2}
 

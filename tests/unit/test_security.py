@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from ollama_py.config import Settings, parse_host
-from ollama_py.server.keys import SETTINGS
+from ollama_py.server.appkeys import SETTINGS
 from tests.conftest import FAKE_SERVER, free_port
 
 LOOPBACK_HOST = f"127.0.0.1:{free_port()}"

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py.api.names import ModelName, parse_name
+from ollama_py.config import parse_duration
 from ollama_py.errors import BadRequest
 
 _TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
@@ -173,6 +174,18 @@ def model_name(body: dict[str, Any], key: str = "model") -> ModelName:
     if not raw:
         raise BadRequest("model is required")
     return parse_name(raw)
+
+
+def keep_alive(body: dict[str, Any]) -> float | None:
+    """A request's keep_alive in seconds (a Go duration string or a number of seconds; negative: forever), None
+    when absent."""
+    raw = body.get("keep_alive")
+    if raw is None:
+        return None
+    try:
+        return parse_duration(raw)
+    except ValueError as e:
+        raise BadRequest(str(e) if "duration" in str(e) else f"invalid keep_alive: {raw!r}") from None
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")

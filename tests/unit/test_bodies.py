@@ -11,7 +11,7 @@ import pytest
 
 from ollama_py.api.options import validate_options
 from ollama_py.errors import BadRequest
-from ollama_py.server.requests import field, token_ids
+from ollama_py.server.bodies import field, token_ids
 
 INT_FIELDS = {
     "int": (7, 7),

@@ -1,11 +1,10 @@
-"""Helpers the inference routes share: find a model, merge its options, parse keep-alive, build a plan."""
+"""The stored model a request names, for the routes that run one: found (or its config-file alias) with 404 as
+Ollama words it, checked for what a chat asks of it, and its options merged with the request's."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,15 +13,14 @@ from aiohttp import web
 from ollama_py.api.names import ModelName
 from ollama_py.api.options import validate_options
 from ollama_py.api.wire import Message, Tool
-from ollama_py.config import Settings, parse_duration
+from ollama_py.config import Settings
 from ollama_py.errors import BadRequest, ModelNotFound
 from ollama_py.scheduler.factory import weights_shape
 from ollama_py.server.access_log import current_stats
-from ollama_py.server.keys import CONFIG, SETTINGS, STORE
+from ollama_py.server.appkeys import CONFIG, SETTINGS, STORE
 from ollama_py.server.live_config import LiveConfig
 from ollama_py.server.rendering import warm_template
 from ollama_py.store.blobs import canonical_digest
-from ollama_py.store.models import rfc3339 as store_rfc3339
 
 if TYPE_CHECKING:
     from ollama_py.store.models import Model, ModelStore
@@ -47,7 +45,7 @@ async def _load_or_alias(request: web.Request, name: ModelName, raw: str) -> Mod
     """The stored model of that name, else the one a config file's alias names, else 404."""
     store = request.app[STORE]
     try:
-        return await asyncio.to_thread(_load, store, name)
+        return await asyncio.to_thread(load_stored, store, name)
     except ModelNotFound:
         live = request.app.get(CONFIG)
         target = live.alias_target(name) if live is not None else None
@@ -55,13 +53,13 @@ async def _load_or_alias(request: web.Request, name: ModelName, raw: str) -> Mod
             raise ModelNotFound(raw) from None
     try:
         found = store.peek(target)
-        return found if found is not None else await asyncio.to_thread(_load, store, target)
+        return found if found is not None else await asyncio.to_thread(load_stored, store, target)
     except ModelNotFound:
         raise ModelNotFound(raw, f"model '{raw}' not found (an alias of '{target.short}', which is not in the "
                                  "store)") from None
 
 
-def _load(store: ModelStore, name: ModelName) -> Model:
+def load_stored(store: ModelStore, name: ModelName) -> Model:
     """(In a thread.) The stored model, with its weights' shape read into the scheduler's cache here: the load
     plan reads it on the event loop, and a large vocabulary takes most of a second to parse."""
     model = store.load(name)
@@ -107,22 +105,3 @@ def default_options(settings: Settings, live: LiveConfig | None, model: Model) -
             opts["reasoning_budget"] = ms.reasoning_budget
         opts.update(ms.options)
     return opts
-
-
-def keep_alive(body: dict[str, Any]) -> float | None:
-    raw = body.get("keep_alive")
-    if raw is None:
-        return None
-    try:
-        return parse_duration(raw)
-    except ValueError as e:
-        raise BadRequest(str(e) if "duration" in str(e) else f"invalid keep_alive: {raw!r}") from None
-
-
-_FOREVER = (2**63 - 1) / 1e9  # Ollama's keep-alive "forever": the longest Go duration, ~292 years
-
-
-def rfc3339(ts: float) -> str:
-    """store.models.rfc3339, with "forever" as Ollama shows it: now plus the longest Go duration (~292 years
-    ahead, what its `time.Now().Add(math.MaxInt64)` gives)."""
-    return store_rfc3339(time.time() + _FOREVER if math.isinf(ts) else ts)
