@@ -110,7 +110,7 @@ def _fake_runners_dir(tmp: Path, tokens: int, pin: list[str]) -> Path:
 
 
 def _tiny_gguf(path: Path, ctx: int) -> Path:
-    from tests.conftest import write_tiny_gguf  # numpy + gguf: the test suite's tiny model writer
+    from tests.fakes.gguf_files import write_tiny_gguf  # numpy + gguf: the test suite's tiny model writer
 
     return write_tiny_gguf(path, ctx=ctx)
 

@@ -35,9 +35,18 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import start_serve, stop_serve, upload_blob, write_tiny_gguf
-from tests.fakes.gguf_files import T_ARRAY, T_STRING, T_UINT32, gguf_string, nested_array, raw_gguf, u32
-from tests.integration.test_no_orphans import fake_runners_dir
+from tests.fakes.gguf_files import (
+    T_ARRAY,
+    T_STRING,
+    T_UINT32,
+    gguf_string,
+    nested_array,
+    raw_gguf,
+    u32,
+    write_tiny_gguf,
+)
+from tests.helpers.processes import fake_runners_dir
+from tests.helpers.serve import start_serve, stop_serve, upload_blob
 
 TICK = 0.010  # seconds between the ticker's requests
 CAP = 64  # OLLAMA_PY_MAX_CONNECTIONS for this serve: a cap small enough to pass from one script
@@ -285,7 +294,7 @@ def second_serve(b: Bench, env: dict[str, str]) -> None:
 
 def run(scratch: Path, gguf: Path) -> list[Row]:
     """Every case against one serve (over the fake runner, one slot, 2 fast tokens)."""
-    from tests.conftest import create_tiny_model, make_settings
+    from tests.helpers.app import create_tiny_model, make_settings
 
     scratch.mkdir(parents=True, exist_ok=True)
     create_tiny_model(make_settings(scratch), gguf)

@@ -35,7 +35,7 @@ from ollama_py.api.names import parse_name  # noqa: E402
 from ollama_py.store.manifests import CONFIG_V1, MEDIA_MODEL, Layer, Manifest  # noqa: E402
 from ollama_py.store.models import ModelStore  # noqa: E402
 from ollama_py.store.registry import RegistryOptions, push_model  # noqa: E402
-from tests.conftest import start_serve, stop_serve  # noqa: E402
+from tests.helpers.serve import start_serve, stop_serve  # noqa: E402
 from tests.registry_fixture import start_registry, stop_registry  # noqa: E402
 
 DEFAULT_MODEL = Path.home() / ".cache" / "ollama-py" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -45,9 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import hardening  # noqa: E402
-from tests.conftest import create_from_file, start_serve, stop_serve, write_tiny_gguf  # noqa: E402
+from tests.fakes.gguf_files import write_tiny_gguf  # noqa: E402
+from tests.helpers.processes import runner_processes, start_fake_serve, wait_for_runners, wait_gone  # noqa: E402
+from tests.helpers.serve import create_from_file, start_serve, stop_serve  # noqa: E402
 from tests.integration.test_faults import _one_request  # noqa: E402
-from tests.integration.test_no_orphans import runner_processes, start_fake_serve, wait_for_runners, wait_gone  # noqa: E402
 
 DEFAULT_MODEL = Path.home() / ".cache" / "ollama-py" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENDLESS = {"FAKE_TOKEN_DELAY": "0.02", "FAKE_TOKENS": "1000000"}

@@ -1,5 +1,7 @@
 """Tiny GGUF files for tests, written with the `gguf` package's GGUFWriter.
 
+    write_tiny_gguf(path, ...)    the suite's tiny model (the `tiny_gguf` fixture): a llama model with a small
+                                  vocabulary and random weights, for the fake runner and the real llama-server
     write_llama_gguf(path, ...)   a one-block llama-architecture model (a few KB of F16/F32 tensors) with
                                   the tensor names llama.cpp expects, so llama-quantize accepts it
     write_gguf(path, arch, kv, tensors)   anything else: any architecture's key/values, chosen tensors
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -101,6 +104,47 @@ def write_llama_gguf(path: Path, *, file_type: int = 1, dtype: type = np.float16
         kv["tokenizer.chat_template"] = chat_template
     kv.update(extra_kv or {})
     return write_gguf(path, "llama", kv, llama_tensors(dtype, seed), general_type=general_type)
+
+
+def write_tiny_gguf(path: Path, *, arch: str = "llama", blocks: int = 2, embd: int = 64, vocab: int = 32,
+                    ctx: int = 2048, chat_template: str | None = None, dtype: Any = np.float32,
+                    scores: bool = False) -> Path:
+    """The test suite's tiny model: a llama-architecture GGUF of `blocks` blocks with a GPT-2 style vocabulary of
+    `vocab` tokens (t0, t1, ...; BOS 1, EOS 2), random weights, and a chat template when given."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny")
+    w.add_context_length(ctx)
+    w.add_embedding_length(embd)
+    w.add_block_count(blocks)
+    w.add_feed_forward_length(embd * 2)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(0 if dtype == np.float32 else 1)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(vocab)])
+    if scores:  # as real vocabularies have them: a float per token
+        w.add_token_scores([-i / 7 for i in range(vocab)])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    if chat_template:
+        w.add_chat_template(chat_template)
+    rng = np.random.default_rng(0)
+    w.add_tensor("token_embd.weight", rng.standard_normal((vocab, embd)).astype(dtype))
+    for i in range(blocks):
+        for name, shape in (("attn_q", (embd, embd)), ("attn_k", (embd // 2, embd)), ("attn_v", (embd // 2, embd)),
+                            ("attn_output", (embd, embd)), ("ffn_gate", (embd * 2, embd)),
+                            ("ffn_up", (embd * 2, embd)), ("ffn_down", (embd, embd * 2))):
+            w.add_tensor(f"blk.{i}.{name}.weight", rng.standard_normal(shape).astype(dtype))
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(embd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(embd, dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.ones(embd, dtype=np.float32))
+    w.add_tensor("output.weight", rng.standard_normal((vocab, embd)).astype(dtype))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
 
 
 # -- llama models of any shape, with the byte counts the memory estimate should find ------------------------------

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import FAKE_SERVER, create_tiny_model, make_settings, start_serve
+from tests.helpers.app import create_tiny_model, make_settings
+from tests.helpers.paths import FAKE_SERVER
+from tests.helpers.serve import start_serve
 
 GONE_WAIT_SECONDS = 15.0
 

@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ollama_py.cli.main import cli
-from tests.conftest import LiveServer, free_port
+from tests.helpers.ports import free_port
+from tests.helpers.serve import LiveServer
 from tests.registry_fixture import registry  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration

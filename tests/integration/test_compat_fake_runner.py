@@ -15,7 +15,8 @@ import pytest
 from ollama_py.runner.argv import LaunchSpec
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 from ollama_py.server.app import create_app
-from tests.conftest import create_tiny_model, fake_runner_factory, make_settings, write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_runner_factory, make_settings
 
 TOOL_REPLY = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 OAI_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",

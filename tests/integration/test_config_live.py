@@ -10,7 +10,9 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import create_tiny_model, make_settings, required_path, start_serve, stop_serve
+from tests.helpers.app import create_tiny_model, make_settings
+from tests.helpers.paths import required_path
+from tests.helpers.serve import start_serve, stop_serve
 from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.integration

@@ -29,18 +29,11 @@ import requests
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.app import create_app
-from tests.conftest import (
-    FAKE_SERVER,
-    create_from_file,
-    create_tiny_model,
-    fake_runner_factory,
-    make_settings,
-    required_path,
-    start_serve,
-    stop_serve,
-    write_tiny_gguf,
-)
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_runner_factory, make_settings
+from tests.helpers.paths import FAKE_SERVER, required_path
 from tests.helpers.processes import is_gone, runner_processes, start_fake_serve, wait_gone
+from tests.helpers.serve import create_from_file, start_serve, stop_serve
 
 BUSY = "server busy, please try again.  maximum pending requests exceeded"
 FAKE_SENTENCE = "The quick brown fox jumps over the lazy dog".split()

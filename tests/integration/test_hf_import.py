@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ollama_py.cli.main import cli
-from tests.conftest import LiveServer, start_serve, stop_serve, upload_blob
+from tests.helpers.serve import LiveServer, start_serve, stop_serve, upload_blob
 
 pytestmark = pytest.mark.integration
 

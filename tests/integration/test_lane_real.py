@@ -13,7 +13,8 @@ import pytest
 
 from ollama_py.server.app import create_app
 from ollama_py.server.streaming import Lane
-from tests.conftest import create_tiny_model, make_settings, required_path
+from tests.helpers.app import create_tiny_model, make_settings
+from tests.helpers.paths import required_path
 
 pytestmark = pytest.mark.integration
 

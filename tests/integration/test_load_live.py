@@ -9,7 +9,7 @@ import json
 import psutil
 import pytest
 
-from tests.conftest import LiveServer
+from tests.helpers.serve import LiveServer
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ollama_py.estimate.memory import MiB, estimate, parse_llama_server_buffers, shape_from_gguf
-from tests.conftest import free_port, required_path
+from tests.helpers.paths import required_path
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

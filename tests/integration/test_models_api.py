@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.conftest import required_path, upload_blob
+from tests.helpers.paths import required_path
+from tests.helpers.serve import upload_blob
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import create_from_file, required_path, start_serve, stop_serve
+from tests.helpers.paths import required_path
 from tests.helpers.processes import is_gone, start_fake_serve, wait_for_runners, wait_gone
+from tests.helpers.serve import create_from_file, start_serve, stop_serve
 
 
 def send(proc: subprocess.Popen, how: str) -> None:

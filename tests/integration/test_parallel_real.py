@@ -7,7 +7,8 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import create_from_file, required_path, start_serve, stop_serve
+from tests.helpers.paths import required_path
+from tests.helpers.serve import create_from_file, start_serve, stop_serve
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from ollama_py.store.download import BlobDownload
 from ollama_py.store.manifests import CONFIG_V1, MEDIA_LICENSE, MEDIA_MODEL, Layer, Manifest
 from ollama_py.store.models import ModelStore
 from ollama_py.store.registry import RegistryOptions, push_model
-from tests.conftest import start_serve, stop_serve
+from tests.helpers.serve import start_serve, stop_serve
 from tests.registry_fixture import BlobProxy, Rule, auth_registry, free_port, registry, write_credentials
 
 __all__ = ["auth_registry", "registry"]  # fixtures, imported for pytest

@@ -11,7 +11,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from tests.conftest import LiveServer
+from tests.helpers.serve import LiveServer
 
 pytestmark = pytest.mark.integration
 

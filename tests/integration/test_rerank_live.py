@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import create_from_file
 from tests.fakes.gguf_files import write_qwen3_reranker_gguf
+from tests.helpers.serve import create_from_file
 
 pytestmark = pytest.mark.integration
 

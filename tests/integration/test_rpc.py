@@ -15,7 +15,9 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import create_from_file, free_port, required_path, start_serve, stop_serve
+from tests.helpers.paths import required_path
+from tests.helpers.ports import free_port
+from tests.helpers.serve import create_from_file, start_serve, stop_serve
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from tests.conftest import stop_serve
 from tests.helpers.processes import start_fake_serve
+from tests.helpers.serve import stop_serve
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 from ollama_py.runner.argv import LaunchSpec, build_argv
 from ollama_py.runner.client import LlamaClient
 from ollama_py.runner.process import RunnerProcess, RunnerState
-from tests.conftest import ROOT, required_path
+from tests.helpers.paths import ROOT, required_path
 
 pytestmark = pytest.mark.integration
 

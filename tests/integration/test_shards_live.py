@@ -17,8 +17,8 @@ import requests
 from ollama_py.api.names import parse_name
 from ollama_py.store.manifests import MEDIA_MODEL
 from ollama_py.store.models import ModelStore
-from tests.conftest import start_serve, stop_serve
 from tests.fakes.gguf_split import split_gguf
+from tests.helpers.serve import start_serve, stop_serve
 from tests.registry_fixture import registry
 
 __all__ = ["registry"]  # a fixture, imported for pytest

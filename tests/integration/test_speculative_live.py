@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.conftest import upload_blob
+from tests.helpers.serve import upload_blob
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import create_from_file
+from tests.helpers.serve import create_from_file
 
 pytestmark = pytest.mark.integration
 

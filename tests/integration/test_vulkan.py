@@ -19,7 +19,8 @@ import pytest
 import requests
 
 from ollama_py.estimate.devices import list_devices
-from tests.conftest import ROOT, create_from_file, required_path, start_serve, stop_serve
+from tests.helpers.paths import ROOT, required_path
+from tests.helpers.serve import create_from_file, start_serve, stop_serve
 
 pytestmark = pytest.mark.integration
 

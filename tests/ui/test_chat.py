@@ -192,8 +192,8 @@ def test_an_image_attached_for_a_vision_model_reaches_the_runner(page: Any, fake
                                                                 tiny_gguf: Path) -> None:
     import base64
 
-    from tests.conftest import upload_blob
     from tests.fakes.gguf_files import write_gguf
+    from tests.helpers.serve import upload_blob
 
     log = tmp_path / "bodies.jsonl"
     console = fake_console({"FAKE_LOG_FILE": str(log)})

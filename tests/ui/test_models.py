@@ -16,7 +16,8 @@ from playwright.sync_api import expect
 from ollama_py.api.names import parse_name
 from ollama_py.store.models import ModelStore
 from ollama_py.store.registry import RegistryOptions, push_model
-from tests.conftest import create_tiny_model, make_settings, write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, make_settings
 from tests.helpers.screens import shoot
 from tests.registry_fixture import BlobProxy, Rule, registry
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings, write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 from tests.helpers.fake_ollama import FakeOllama
 from tests.helpers.tool_calls import GGUF_TEMPLATE, THINKING_TEMPLATE
 

@@ -11,15 +11,10 @@ import pytest
 from ollama_py.errors import BadRequest
 from ollama_py.server import anthropic_translate as ant
 from ollama_py.server.completion import Final
+from tests.helpers.completions import final
 
 BASE = {"model": "smollm2:135m", "max_tokens": 16}
 CALL = {"id": "call_ab", "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}}
-
-
-def final(**kw: Any) -> Final:
-    base: dict[str, Any] = dict(done_reason="stop", prompt_eval_count=12, prompt_tokens=12, prompt_eval_duration=1,
-                                eval_count=5, eval_duration=1, total_duration=1, load_duration=0, text="hello")
-    return Final(**{**base, **kw})
 
 
 @pytest.mark.parametrize("body, message", [

@@ -18,7 +18,8 @@ from ollama_py.scheduler.model_settings import plan_with_settings
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.app import create_app
 from ollama_py.server.live_config import LiveConfig
-from tests.conftest import create_tiny_model, fake_runner_factory, make_settings, write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_runner_factory, make_settings
 
 
 def test_groups_are_parsed_in_file_order() -> None:

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from ollama_py.server.connections import default_max_connections
-from tests.conftest import start_serve, stop_serve
+from tests.helpers.serve import start_serve, stop_serve
 
 CAP = 8
 GENEROUS = 20.0  # seconds a socket waits for the server before the test calls it "never closed"

@@ -19,7 +19,7 @@ from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.app import create_app
 from ollama_py.server.appkeys import CONFIG, SCHEDULER
 from ollama_py.server.live_config import LiveConfig
-from tests.conftest import create_tiny_model, fake_runner_factory, make_settings
+from tests.helpers.app import create_tiny_model, fake_runner_factory, make_settings
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ollama_py.server.app import create_app
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 ASK = {"logprobs": True, "top_logprobs": 3}
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}

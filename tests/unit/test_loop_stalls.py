@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings, write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 from tests.helpers.loop import loop_watch
 
 VOCAB = 2_000_000  # parsing this header takes over a second on the test machines (about one to write it as JSON)

@@ -18,7 +18,8 @@ from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 from ollama_py.server.app import create_app
 from ollama_py.server.appkeys import METRICS, SCHEDULER
 from ollama_py.server.metrics import Metrics, relabel
-from tests.conftest import create_tiny_model, fake_runner_factory, make_settings, write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_runner_factory, make_settings
 from tests.prometheus_scrape import Scrape
 
 MODEL = "tiny:latest"

@@ -214,7 +214,8 @@ def test_prune_keeps_blobs_when_a_manifest_is_unreadable(writer: OllamaStoreWrit
 def test_peek_returns_the_loaded_model_until_its_manifest_changes(tmp_path):
     from ollama_py.api.names import parse_name
     from ollama_py.store.models import ModelStore
-    from tests.conftest import create_tiny_model, make_settings, write_tiny_gguf
+    from tests.fakes.gguf_files import write_tiny_gguf
+    from tests.helpers.app import create_tiny_model, make_settings
 
     settings = make_settings(tmp_path)
     gguf = write_tiny_gguf(tmp_path / "t.gguf")

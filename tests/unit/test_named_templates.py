@@ -16,7 +16,7 @@ import pytest
 from ollama_py.errors import TemplateError
 from ollama_py.template import parse_template, render_prompt
 from ollama_py.template.exec import Limits
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 DATA = {"I": 17, "SI": [3, 4, 5], "S": "hello", "U": {"V": "v"}}
 # Go's multiText1 + multiText2, parsed in one piece (the defines print nothing at the top level)

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ollama_py.server.openapi import OPERATIONS, SCHEMAS, openapi_document
-from tests.conftest import stop_serve
 from tests.helpers.processes import start_fake_serve
+from tests.helpers.serve import stop_serve
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 

@@ -17,8 +17,8 @@ from ollama_py.runner.argv import LaunchSpec, build_argv
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.policy import choose_parallel
 from ollama_py.server.app import create_app
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
 from tests.fakes.gguf_files import write_sized_llama_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 GiB = 1 << 30
 

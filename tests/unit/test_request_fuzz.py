@@ -200,7 +200,7 @@ def fuzz_client(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Any) -> Ite
                                                                                             TestClient]]:
     """The app over the fake runner on a loop of its own (Hypothesis drives the examples from plain functions)."""
     from ollama_py.server.app import create_app
-    from tests.conftest import create_tiny_model, fake_scheduler, make_settings
+    from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
     settings_ = make_settings(tmp_path_factory.mktemp("request-fuzz"))
     create_tiny_model(settings_, tiny_gguf)

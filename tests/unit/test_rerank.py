@@ -11,8 +11,8 @@ import pytest
 from ollama_py.runner.argv import LaunchSpec, build_argv
 from ollama_py.server.app import create_app
 from ollama_py.store.gguf_meta import read_gguf_info
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
 from tests.fakes.gguf_files import write_qwen3_reranker_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 QUERY = "what do giant pandas eat"
 DOCS = [

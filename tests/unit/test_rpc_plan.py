@@ -9,8 +9,8 @@ import pytest
 
 from ollama_py.runner.argv import build_argv
 from ollama_py.scheduler.factory import plan_load
-from tests.conftest import make_settings
 from tests.fakes.gguf_files import write_sized_llama_gguf
+from tests.helpers.app import make_settings
 
 A, B = "127.0.0.1:50001", "127.0.0.1:50002"
 BLOCKS = 8

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from ollama_py.runner import rpc
-from tests.conftest import create_tiny_model
+from tests.helpers.app import create_tiny_model
 
 
 @pytest.fixture

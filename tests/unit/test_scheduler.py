@@ -372,7 +372,7 @@ def settings_scheduler(tmp_path: Path, tables: dict[str, str]) -> Scheduler:
     from ollama_py import config_file as cf
     from ollama_py.scheduler.factory import plan_load
     from ollama_py.scheduler.model_settings import plan_with_settings
-    from tests.conftest import fake_runner_factory
+    from tests.helpers.app import fake_runner_factory
 
     settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path)})
 

@@ -16,7 +16,8 @@ from aiohttp import web
 
 from ollama_py.config import Settings, parse_host
 from ollama_py.server.appkeys import SETTINGS
-from tests.conftest import FAKE_SERVER, free_port
+from tests.helpers.paths import FAKE_SERVER
+from tests.helpers.ports import free_port
 
 LOOPBACK_HOST = f"127.0.0.1:{free_port()}"
 

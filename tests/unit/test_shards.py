@@ -18,7 +18,7 @@ from ollama_py.runner.shards import link_shards
 from ollama_py.store.create import create_model
 from ollama_py.store.manifests import MEDIA_MODEL
 from ollama_py.store.models import ModelStore
-from tests.conftest import write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
 from tests.fakes.gguf_split import split_gguf
 
 

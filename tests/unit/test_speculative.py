@@ -17,7 +17,8 @@ from ollama_py.scheduler.factory import plan_load
 from ollama_py.server.app import create_app
 from ollama_py.store.manifests import MEDIA_DRAFT
 from ollama_py.store.models import ModelStore
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings, write_tiny_gguf
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 MODEL = Path("/m/model.gguf")
 DRAFT = Path("/m/draft.gguf")

@@ -12,7 +12,10 @@ import pytest
 
 from ollama_py.server.app import create_app
 from ollama_py.store.lock import StoreLock, StoreLocked
-from tests.conftest import ROOT, fake_scheduler, free_port, make_settings, start_serve, stop_serve
+from tests.helpers.app import fake_scheduler, make_settings
+from tests.helpers.paths import ROOT
+from tests.helpers.ports import free_port
+from tests.helpers.serve import start_serve, stop_serve
 
 
 def test_second_lock_on_a_store_is_refused_with_the_holders_pid(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def test_store_walks_never_fail_while_other_threads_copy_and_delete(tmp_path, ti
 
     from ollama_py.api.names import parse_name
     from ollama_py.store.models import ModelStore
-    from tests.conftest import create_tiny_model, make_settings
+    from tests.helpers.app import create_tiny_model, make_settings
 
     settings = make_settings(tmp_path)
     create_tiny_model(settings, tiny_gguf)

@@ -1,8 +1,7 @@
 """No test module imports another (issue 29): what several share lives in tests/helpers or tests/fakes, and a
-directory's fixtures in its conftest.py, which pytest finds without an import.
-
-tests/conftest.py is the one conftest still imported (by some 45 modules, for `make_settings`, `start_serve` and
-the like); its helpers move to tests/helpers next, and then it leaves ALLOWED.
+directory's fixtures in its conftest.py, which pytest finds without an import. No conftest is imported either,
+tests/conftest.py included: its plain functions live in tests/helpers (app.py, serve.py, paths.py, ports.py) and
+tests/fakes/gguf_files.py.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
-ALLOWED = {"tests.conftest"}
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -25,7 +23,7 @@ def _module_name(path: Path, root: Path) -> str:
 def _is_test_module(module: str, root: Path) -> bool:
     """`module` is a file under root named test_*.py or conftest.py (a package of that name would be too)."""
     *_, last = module.split(".")
-    if not (last == "conftest" or last.startswith("test_")) or module in ALLOWED:
+    if not (last == "conftest" or last.startswith("test_")):
         return False
     base = root.joinpath(*module.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
@@ -58,7 +56,7 @@ def imported_test_modules(path: Path, root: Path = ROOT) -> list[str]:
     pytest.param("from .test_a import f\n", ["tests.unit.test_a"], id="relative"),
     pytest.param("from ..ui.conftest import shoot\n", ["tests.ui.conftest"], id="relative-conftest"),
     pytest.param("from tests.ui.conftest import shoot\n", ["tests.ui.conftest"], id="directory-conftest"),
-    pytest.param("from tests.conftest import make_settings\n", [], id="root-conftest-allowed"),
+    pytest.param("from tests.conftest import make_settings\n", ["tests.conftest"], id="root-conftest"),
     pytest.param("from tests.helpers.h import test_data\nimport pytest\n", [], id="helpers-and-packages"),
 ])
 def test_the_guard_finds_imports_of_test_modules(tmp_path: Path, source: str, expected: list[str]) -> None:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget, uses_thinking
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 
 def split_all(text: str, cuts: list[int], **kw) -> tuple[str, str]:

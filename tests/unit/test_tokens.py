@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ollama_py.server.app import create_app
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from ollama_py.server.app import create_app
 from ollama_py.server.truncation import cut_tokens, droppable, room_to_generate
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 SMALL = {"num_ctx": 256}  # the fake's slot holds 256 tokens; each word below is one token
 LONG = " ".join(f"w{i}" for i in range(400))

@@ -14,8 +14,8 @@ from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.server.app import create_app
 from ollama_py.store.create import create_model
 from ollama_py.store.models import ModelStore
-from tests.conftest import create_tiny_model, fake_scheduler, make_settings
 from tests.fakes.gguf_files import write_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 CAT, DOG = base64.b64encode(b"cat pixels").decode(), base64.b64encode(b"dog pixels!").decode()
 M = MEDIA_MARKER
