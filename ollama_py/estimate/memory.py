@@ -174,8 +174,8 @@ def _int(kv: Mapping[str, object], key: str, default: int = 0) -> int:
 def _per_layer(kv: Mapping[str, object], key: str, n: int, default: int) -> tuple[int, ...]:
     value = kv.get(key)
     if isinstance(value, list) and value:
-        values = [int(v) for v in value[:n]]
-        return tuple(values + [values[-1]] * (n - len(values)))
+        values = [v if isinstance(v, int) and not isinstance(v, bool) else default for v in value[:n]]
+        return tuple(values + [values[-1]] * (n - len(values))) if values else ()
     return (value if isinstance(value, int) and not isinstance(value, bool) else default,) * n
 
 
