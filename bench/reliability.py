@@ -46,9 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench import hardening  # noqa: E402
 from tests.fakes.gguf_files import write_tiny_gguf  # noqa: E402
+from tests.helpers.mixed_load import one_request  # noqa: E402
 from tests.helpers.processes import runner_processes, start_fake_serve, wait_for_runners, wait_gone  # noqa: E402
 from tests.helpers.serve import create_from_file, start_serve, stop_serve  # noqa: E402
-from tests.integration.test_faults import _one_request  # noqa: E402
 
 DEFAULT_MODEL = Path.home() / ".cache" / "ollama-py" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENDLESS = {"FAKE_TOKEN_DELAY": "0.02", "FAKE_TOKENS": "1000000"}
@@ -190,16 +190,16 @@ def flood(url: str, serve_pid: int, rounds: int, tally: Tally) -> dict[str, Any]
     async def run() -> dict[str, Any]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                          timeout=aiohttp.ClientTimeout(total=600)) as session:
-            await _one_request(session, url, 0)
+            await one_request(session, url, 0)
             rss0 = psutil.Process(serve_pid).memory_info().rss
             peak, counts = rss0, Counter()
             for _ in range(rounds):
-                task = asyncio.gather(*(_one_request(session, url, i) for i in range(200)), return_exceptions=True)
+                task = asyncio.gather(*(one_request(session, url, i) for i in range(200)), return_exceptions=True)
                 while not task.done():
                     peak = max(peak, psutil.Process(serve_pid).memory_info().rss)
                     await asyncio.sleep(0.05)
                 counts.update(o if o in ("ok", "busy") else "lost" for o in task.result())
-            after = await _one_request(session, url, 1)
+            after = await one_request(session, url, 1)
             return {"counts": counts, "rss0": rss0, "peak": peak, "after": after,
                     "rss_end": psutil.Process(serve_pid).memory_info().rss}
 

@@ -31,12 +31,11 @@ from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.app import create_app
 from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.app import create_tiny_model, fake_runner_factory, make_settings
+from tests.helpers.mixed_load import FAKE_SENTENCE, one_request
 from tests.helpers.paths import FAKE_SERVER, required_path
 from tests.helpers.processes import is_gone, runner_processes, start_fake_serve, wait_gone
 from tests.helpers.serve import create_from_file, start_serve, stop_serve
 
-BUSY = "server busy, please try again.  maximum pending requests exceeded"
-FAKE_SENTENCE = "The quick brown fox jumps over the lazy dog".split()
 ENDLESS = {"FAKE_TOKEN_DELAY": "0.02", "FAKE_TOKENS": "1000000"}  # a generation that never ends by itself
 POLLS = 600  # bounded waits: POLLS x POLL_SECONDS at most
 POLL_SECONDS = 0.05
@@ -265,32 +264,6 @@ async def test_disk_full_during_create(stream: bool, small_disk: Path, fake_app:
 
 # -- a flood of requests past the queue limit ------------------------------------------------------------------
 
-async def _one_request(session: aiohttp.ClientSession, url: str, i: int) -> str:
-    """One of three kinds of request; "ok" for a complete answer, "busy" for Ollama's 503, else what it was."""
-    expected = " ".join(FAKE_SENTENCE[:4])
-    kind = i % 3
-    if kind == 0:
-        async with session.post(url + "/api/generate", json={"model": "tiny", "prompt": f"q{i}", "stream": False}) as r:
-            body = await r.json()
-            if r.status == 200 and body["done"] and body["response"] == expected:
-                return "ok"
-            return "busy" if r.status == 503 and body == {"error": BUSY} else f"{r.status} {body}"
-    if kind == 1:
-        async with session.post(url + "/api/chat", json={"model": "tiny", "messages": [
-                {"role": "user", "content": f"q{i}"}]}) as r:
-            if r.status == 503:
-                return "busy" if await r.json() == {"error": BUSY} else f"503 {await r.text()}"
-            lines = [json.loads(line) async for line in r.content if line.strip()]
-            text = "".join(line.get("message", {}).get("content", "") for line in lines)
-            return "ok" if r.status == 200 and lines[-1].get("done") and text == expected else f"{r.status} {lines}"
-    async with session.post(url + "/v1/chat/completions", json={"model": "tiny", "messages": [
-            {"role": "user", "content": f"q{i}"}]}) as r:
-        body = await r.json()
-        if r.status == 200 and body["choices"][0]["message"]["content"] == expected:
-            return "ok"
-        return "busy" if r.status == 503 and body["error"]["message"] == BUSY else f"{r.status} {body}"
-
-
 async def _peak_rss(pid: int, stop: asyncio.Event) -> int:
     peak = 0
     while not stop.is_set():
@@ -306,12 +279,12 @@ async def test_200_concurrent_requests_past_max_queue_each_answered_or_refused(t
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                          timeout=aiohttp.ClientTimeout(total=300)) as session:
-            assert await _one_request(session, url, 0) == "ok"  # loaded and warm
+            assert await one_request(session, url, 0) == "ok"  # loaded and warm
             [runner] = runner_processes(proc.pid)
             rss_before = psutil.Process(proc.pid).memory_info().rss
             stop = asyncio.Event()
             sampler = asyncio.create_task(_peak_rss(proc.pid, stop))
-            outcomes = await asyncio.gather(*(_one_request(session, url, i) for i in range(200)),
+            outcomes = await asyncio.gather(*(one_request(session, url, i) for i in range(200)),
                                             return_exceptions=True)
             stop.set()
             peak = await sampler
@@ -321,7 +294,7 @@ async def test_200_concurrent_requests_past_max_queue_each_answered_or_refused(t
             assert proc.poll() is None  # never crashed
             assert peak < rss_before + (200 << 20), (rss_before, peak)
             for i in range(3):  # and serves normally afterwards, on the same runner
-                assert await _one_request(session, url, i) == "ok"
+                assert await one_request(session, url, i) == "ok"
             assert [p.pid for p in runner_processes(proc.pid)] == [runner.pid]
     finally:
         stop_serve(proc)
