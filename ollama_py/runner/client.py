@@ -1,9 +1,8 @@
-"""HTTP to one llama-server child: /completion as a stream of events (runner/sse.py, the hot path), and the
-small JSON endpoints (aiohttp)."""
+"""HTTP to one llama-server child: /completion as a stream of events (runner/sse.py, the hot path), the small
+JSON endpoints (sse.post_json: one connection a call, as the stream) and GETs (aiohttp)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import urllib.parse
@@ -12,16 +11,12 @@ from typing import Any
 
 import aiohttp
 
-from ollama_py.errors import RunnerError
 from ollama_py.runner import sse
 from ollama_py.runner.sse import RunnerStalled, UpstreamLost, error_from
 
 __all__ = ["LlamaClient", "RunnerStalled", "UpstreamLost"]
 
 log = logging.getLogger(__name__)
-
-
-_LOST = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
 
 
 class LlamaClient:
@@ -34,7 +29,6 @@ class LlamaClient:
         self.read_timeout = read_timeout
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
-        self._in_flight: set[aiohttp.ClientResponse] = set()
         self._streams: set[sse.SSEStream] = set()
 
     @property
@@ -48,41 +42,15 @@ class LlamaClient:
             )
         return self._session
 
-    def _lost(self, e: BaseException) -> RunnerError:
-        """The error for a request whose connection failed: a silence past read_timeout means a hung runner."""
-        if isinstance(e, TimeoutError) or isinstance(e.__cause__, TimeoutError):
-            return RunnerStalled(f"llama runner stopped responding: no output for {self.read_timeout:g}s")
-        return UpstreamLost(f"connection to llama runner lost: {e}")
-
     async def close(self) -> None:
-        """Close the session. Requests still in flight fail at once (UpstreamLost): closing aiohttp's
-        connections under a response would leave its reader waiting forever."""
-        for resp in list(self._in_flight):
-            resp.content.set_exception(aiohttp.ServerDisconnectedError("runner stopped"))
+        """Close the session. Requests still in flight fail at once (UpstreamLost)."""
         for stream in list(self._streams):
             stream.fail(UpstreamLost("connection to llama runner lost: runner stopped"))
         if self._session is not None:
             await self._session.close()
 
-    @contextlib.asynccontextmanager
-    async def _request(self, path: str, body: dict[str, Any]) -> AsyncIterator[aiohttp.ClientResponse]:
-        resp = await self._send(path, body)
-        self._in_flight.add(resp)
-        try:
-            async with resp:
-                yield resp
-        finally:
-            self._in_flight.discard(resp)
-
     async def _raise_for(self, resp: aiohttp.ClientResponse) -> None:
         raise error_from(resp.status, await resp.text())
-
-    async def _send(self, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
-        """POST; a pooled keep-alive connection the child already closed gets one retry on a fresh one."""
-        try:
-            return await self.session.post(self.base_url + path, json=body)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            return await self.session.post(self.base_url + path, json=body)
 
     def stream(self, path: str, body: dict[str, Any], tap: sse.Tap | None = None) -> AsyncIterator[dict[str, Any]]:
         """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
@@ -92,15 +60,10 @@ class LlamaClient:
                                  headers=self._headers)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
-        try:
-            async with self._request(path, body) as resp:
-                if resp.status != 200:
-                    await self._raise_for(resp)
-                return await resp.json(content_type=None)
-        except _LOST as e:
-            raise self._lost(e) from None
-        except TimeoutError:  # aiohttp's sock_read timeout
-            raise self._lost(TimeoutError()) from None
+        """POST body, the JSON answer (a connection of its own, as `stream`: runner/sse.post_json)."""
+        url = urllib.parse.urlsplit(self.base_url)
+        return await sse.post_json(url.hostname or "127.0.0.1", url.port or 80, path, body,
+                                   read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
 
     async def get_text(self, path: str) -> str:
         async with self.session.get(self.base_url + path) as resp:

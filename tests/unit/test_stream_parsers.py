@@ -1,6 +1,6 @@
-"""Property tests for the two stream parsers on our side of the wire: llama-server's SSE (runner/client.py)
-and Ollama's NDJSON (client/client.py). Whatever the chunk boundaries, the events come back whole and in order;
-garbage gives a clear error, never a hang or a traceback of the wrong kind."""
+"""Property tests for the stream parsers on our side of the wire: llama-server's SSE and JSON answers
+(runner/client.py) and Ollama's NDJSON (client/client.py). Whatever the chunk boundaries, the events come back
+whole and in order; garbage gives a clear error, never a hang or a traceback of the wrong kind."""
 
 from __future__ import annotations
 
@@ -71,6 +71,62 @@ def test_sse_events_survive_any_chunking(evs, cuts):
     got = sse_roundtrip(evs, cuts)
     assert got[:-1] == evs
     assert got[-1]["stop"] is True
+
+
+async def raw_reply(chunks: list[bytes], path: str = "/tokenize") -> object:
+    """LlamaClient.post against a server that answers with these bytes, written in these pieces, then closes."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
+        await reader.readexactly(length)
+        for chunk in chunks:
+            writer.write(chunk)
+            await writer.drain()
+            await asyncio.sleep(0)
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    client = LlamaClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        return await client.post(path, {"content": "x"})
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+
+
+replies = st.recursive(st.none() | st.booleans() | st.integers() | texts,
+                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+                       max_leaves=12)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reply=replies, chunked=st.booleans(), cuts=st.lists(st.integers(0, 10_000), max_size=8))
+def test_json_reply_survives_any_chunking(reply, chunked, cuts):
+    body = json.dumps(reply).encode()
+    if chunked:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        data = head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        data = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    assert asyncio.run(raw_reply(split(data, cuts))) == reply
+
+
+def test_json_reply_error_status_and_lost_connection():
+    body = b'{"error":{"code":400,"message":"bad input","type":"invalid_request_error"}}'
+    try:
+        asyncio.run(raw_reply([b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)]))
+    except OllamaError as e:
+        assert str(e) == "bad input"
+    else:
+        raise AssertionError("a 400 must raise")
+    try:
+        asyncio.run(raw_reply([b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"tok"]))
+    except OllamaError as e:
+        assert "connection to llama runner lost" in str(e) or "closed" in str(e)
+    else:
+        raise AssertionError("a cut-off answer must raise")
 
 
 class _NDJSONHandler(BaseHTTPRequestHandler):
