@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -72,13 +72,17 @@ def load_stored(store: ModelStore, name: ModelName) -> Model:
 
 
 def check_chat_capabilities(model: Model, raw_name: str, messages: Sequence[Message],
-                            tools: Sequence[Tool] | None) -> None:
-    """What /api/chat refuses of a model, asked of the OpenAI and Anthropic chat routes too (one check, one text)."""
+                            tools: Sequence[Tool] | None, check_think: Callable[[], None] | None = None) -> None:
+    """What /api/chat refuses of a model, in Ollama's order, asked of the OpenAI and Anthropic chat routes too (one
+    check, one text). `check_think`: /api/chat's think check, which comes between tools and images (the other
+    routes drop thinking a model lacks rather than refuse it)."""
     caps = model.capabilities
     if "completion" not in caps:
         raise BadRequest(f'"{raw_name}" does not support chat')
     if tools and "tools" not in caps:
         raise BadRequest(f'"{raw_name}" does not support tools')
+    if check_think is not None:
+        check_think()
     if any(m.get("images") for m in messages) and "vision" not in caps:
         raise BadRequest(f'"{raw_name}" does not support vision')
 

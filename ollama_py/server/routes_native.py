@@ -27,7 +27,7 @@ from ollama_py.server.appkeys import SCHEDULER
 from ollama_py.server.bodies import check_images, field, keep_alive, read_json, requested_model, token_ids
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.metrics import queue_counts
-from ollama_py.server.model_lookup import find_model, merged_options
+from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
 from ollama_py.server.rendering import parse_off_loop
 from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
 from ollama_py.store.models import rfc3339
@@ -275,13 +275,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     tools = _check_tools(body.get("tools"))
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
-    if "completion" not in model.capabilities:
-        raise BadRequest(f'"{raw_name}" does not support chat')
-    if tools and "tools" not in model.capabilities:
-        raise BadRequest(f'"{raw_name}" does not support tools')
-    _check_think(body, model, raw_name)
-    if any(m.get("images") for m in messages) and "vision" not in model.capabilities:
-        raise BadRequest(f'"{raw_name}" does not support vision')
+    check_chat_capabilities(model, raw_name, messages, tools, lambda: _check_think(body, model, raw_name))
     opts = merged_options(request, model, body.get("options"))
     if not messages:
         reason = await _load_or_unload(request, model, opts, ka)
