@@ -79,6 +79,7 @@ def serialize_modelfile(mf: Modelfile, *, header: str | None = None) -> str:
 def build_modelfile(
     from_: str,
     *,
+    more_from: Iterable[str] = (),
     template: str | None = None,
     system: str | None = None,
     parameters: Mapping[str, Any] | None = None,
@@ -92,8 +93,9 @@ def build_modelfile(
 ) -> Modelfile:
     """A stored model as a Modelfile, in the order Ollama's `Model.String()` uses: FROM, ADAPTER, DRAFT,
     TEMPLATE, SYSTEM, RENDERER, PARSER, REQUIRES, PARAMETER, LICENSE, MESSAGE. Empty strings are left out;
-    parameter values are typed (a list gives one PARAMETER line per item)."""
-    cmds = [Command("from", from_)]
+    parameter values are typed (a list gives one PARAMETER line per item). `more_from`: FROM lines right after
+    the first (the other shards of a split GGUF, which `create` gathers back into one model)."""
+    cmds = [Command("from", from_), *(Command("from", f) for f in more_from)]
     cmds += [Command("adapter", a) for a in adapters]
     for name, value in (
         ("draft", draft),

@@ -79,7 +79,8 @@ async def show(request: web.Request) -> web.Response:
     info = model.info if model.info is not None else (
         await asyncio.to_thread(store.info, model) if model.model_path else None)
     mf = build_modelfile(str(model.model_path) if model.model_path else model.parent_model or raw,
-                         template=template, system=system, parameters=model.params, messages=model.messages,
+                         more_from=[str(p) for p in model.shards[1:]], template=template, system=system,
+                         parameters=model.params, messages=model.messages,
                          licenses=model.licenses, adapters=[str(a) for a in model.adapters],
                          draft=str(model.draft_path) if model.draft_path else None)
     out: ShowResponse = {

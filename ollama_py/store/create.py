@@ -201,7 +201,7 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
     models = [w for w in weights if w.media_type == MEDIA_MODEL]
     if not models:
         raise BadRequest("no model file was provided")
-    if len(models) > 1:  # the shards of one split GGUF, kept as model layers in shard order
+    if len(models) > 1 or models[0].info.split is not None:  # a split GGUF's shards, as layers in shard order
         models = _shards_in_order(models)
         weights = [*models, *(w for w in weights if w.media_type != MEDIA_MODEL)]
         if quantize is not None:

@@ -66,6 +66,7 @@ def test_the_split_model_answers_as_the_whole_file(live_server: Any, shards: lis
     show = live_server.api("POST", "/api/show", json={"model": split_model}).json()
     original = live_server.api("POST", "/api/show", json={"model": live_server.model}).json()
     assert show["details"]["parameter_size"] == original["details"]["parameter_size"]
+    assert show["modelfile"].count("\nFROM ") == len(shards)  # every shard, so the Modelfile creates it again
 
 
 def test_push_and_pull_carry_every_shard(live_server: Any, split_model: str, registry: Any, tmp_path: Path) -> None:

@@ -130,3 +130,22 @@ def test_links_are_named_as_llama_cpp_looks_for_them(shards: list[Path], tmp_pat
     os.unlink(linked[1])  # damaged: made again
     assert link_shards(shards, tmp_path / "links") == first and linked[1].resolve() == shards[1].resolve()
     assert [p.name for p in (tmp_path / "links").iterdir()] == [first.parent.name]  # no temporary left
+
+
+def test_a_lone_shard_is_refused(store: ModelStore, shards: list[Path]) -> None:
+    with pytest.raises(BadRequest, match="incomplete split GGUF model: missing 2, 3 of 3"):
+        create(store, "split", {"files": {"blob": upload(store, shards[0])}})
+
+
+def test_show_modelfile_names_every_shard_and_creates_the_model_again(store: ModelStore, shards: list[Path]) -> None:
+    from ollama_py.modelfile import serialize_modelfile
+    from ollama_py.modelfile.serializer import build_modelfile
+
+    create(store, "split", {"files": {p.name: upload(store, p) for p in shards}})
+    model = store.load(parse_name("split"))
+    text = serialize_modelfile(build_modelfile(str(model.model_path), more_from=[str(p) for p in model.shards[1:]]))
+    assert [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("FROM ")] == \
+        [str(p) for p in model.shards]
+    plan = plan_create(parse_modelfile(text), Path("/"), Path.home())  # the CLI, given that Modelfile
+    create(store, "again", {"files": {f.name: upload(store, f.path) for f in plan.files}})
+    assert store.load(parse_name("again")).shards == model.shards
