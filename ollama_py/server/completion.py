@@ -259,7 +259,8 @@ class _Split:
         return thought, content, calls
 
 
-def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> dict[str, Any]:
+def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any],
+                 thinking: ThinkingParser | None) -> dict[str, Any]:
     """llama-server's /completion request."""
     body = completion_body(req.options, req.format)
     body["prompt"] = prompt
@@ -270,25 +271,26 @@ def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any
         body["n_probs"] = max(req.logprobs, 1)
     if req.progress:
         body["return_progress"] = True
-    body.update(_budget_fields(req, prompt))
+    if thinking is not None:
+        body.update(_budget_fields(req, thinking))
     return body
 
 
-def _budget_fields(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> dict[str, Any]:
+def _budget_fields(req: CompletionRequest, thinking: ThinkingParser) -> dict[str, Any]:
     """llama-server's reasoning budget for a thinking completion that has one: after that many tokens inside
-    the thinking tags it forces the closing tag. When the prompt already opened the block, the opening is the
-    `generation_prompt` the budget starts counting from (else it waits to see the model open it)."""
-    budget = think_budget(req.think, req.options.get("reasoning_budget"), req.model.template) if req.thinks else None
+    the thinking tags (the ones the completion's parser splits at) it forces the closing tag. When the prompt
+    already opened the block, the opening is the `generation_prompt` the budget starts counting from (else it
+    waits to see the model open it)."""
+    budget = think_budget(req.think, req.options.get("reasoning_budget"), req.model.template)
     if budget is None:
         return {}
-    opening, closing = infer_tags(req.model.template or "")
     # the message field is what arms the forcing (without it llama-server counts but never closes the block)
-    fields: dict[str, Any] = {"reasoning_budget_tokens": budget, "reasoning_budget_start_tag": opening,
-                              "reasoning_budget_end_tags": [closing], "reasoning_budget_message": ""}
-    if prompt_text(prompt).rstrip().endswith(opening):
+    fields: dict[str, Any] = {"reasoning_budget_tokens": budget, "reasoning_budget_start_tag": thinking.opening,
+                              "reasoning_budget_end_tags": [thinking.closing], "reasoning_budget_message": ""}
+    if thinking.inside:
         # just the tag: whitespace after it would be fed to the sampler as if generated (and counted, or with a
         # zero budget step the forced tag's tokens out of line)
-        fields["generation_prompt"] = opening
+        fields["generation_prompt"] = thinking.opening
     return fields
 
 
@@ -296,7 +298,7 @@ async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split
                   lane: Lane | None, stats: RequestStats) -> AsyncGenerator[Delta, None]:
     """The runner's events as Deltas, up to its stop event (kept in `out`). A prompt too long for the context is
     fitted once (fit_prompt) and sent again; a runner that dies under the request becomes its error."""
-    body = _runner_body(req, out.prompt)
+    body = _runner_body(req, out.prompt, split.thinking if split is not None else None)
     while True:  # at most twice
         try:
             async for event in loaded.client.stream("/completion", body, lane.tap if lane is not None else None):

@@ -66,6 +66,7 @@ class ThinkingParser:
     def __init__(self, opening: str = DEFAULT_TAGS[0], closing: str = DEFAULT_TAGS[1], *,
                  inside: bool = False) -> None:
         self.opening, self.closing = opening, closing
+        self.inside = inside  # the prompt opened the block
         self._state = _State.STARTED if inside else _State.LOOKING
         self._held = ""
 
