@@ -102,23 +102,32 @@ def test_over_the_cap_with_every_connection_busy_a_new_one_gets_503(serve: tuple
     connections are never closed to make room."""
     url, port = serve
     stop = threading.Event()
-    busy = [_connect(port) for _ in range(CAP)]
+
+    def busy_connection() -> socket.socket:
+        s = _connect(port)
+        s.sendall(b"POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100000\r\n\r\n ")
+        return s
+
+    busy = [busy_connection() for _ in range(CAP)]
 
     def trickle() -> None:
         while not stop.wait(0.3):
-            for s in busy:
+            for s in list(busy):
                 with contextlib.suppress(OSError):
                     s.sendall(b" ")
 
-    for s in busy:
-        s.sendall(b"POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 100000\r\n\r\n ")
     feeder = threading.Thread(target=trickle, daemon=True)
     feeder.start()
     try:
-        # until all CAP requests are in their handlers, a new connection may still evict a waiting one
+        # until all CAP requests are in their handlers, a new connection may still evict a waiting one (rule 3):
+        # one so closed is opened again, so that all CAP are busy at last
         refused = None
         for _ in range(50):
+            for i, s in enumerate(busy):
+                if not _still_open(s):
+                    s.close()
+                    busy[i] = busy_connection()
             with _connect(port) as s:
                 s.settimeout(GENEROUS)
                 head = s.recv(4096)
