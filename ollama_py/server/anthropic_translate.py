@@ -1,9 +1,15 @@
 """Anthropic Messages wire format <-> the shared inference path: pure translation, no I/O.
 
-A /v1/messages request becomes native messages (system first; text and image blocks joined into one message;
-tool_use blocks -> tool_calls; tool_result blocks -> `tool` messages, placed before the user's text) and Ollama
-options (max_tokens -> num_predict, stop_sequences -> stop, temperature, top_p, top_k). Delta/Final events
-become a Message object or the SSE event sequence:
+A /v1/messages request becomes native messages (the `system` field first; a `system`-role message inside
+`messages` stays where it stands, as Ollama renders it, so a prompt cached up to it is reused on the next turn;
+text and image blocks joined into one message; tool_use blocks -> tool_calls; tool_result blocks -> `tool`
+messages, placed before the user's text) and Ollama options (max_tokens -> num_predict, stop_sequences -> stop,
+temperature, top_p, top_k). Thinking, as Ollama maps it: `thinking` {"type": "enabled"} (budget_tokens -> the
+reasoning_budget option) or "disabled" decides; "adaptive" or none lets `output_config.effort` pick a think level
+(low, medium, high, max; xhigh -> high as Ollama; minimal -> low), which becomes a thinking budget
+(template/thinking.py). Fields Ollama ignores are ignored (metadata, cache_control, service_tier, ...), with a
+debug log for those that ask for something: `context_management`'s clear_thinking edit is applied, its other
+edits are not. Delta/Final events become a Message object or the SSE event sequence:
 
     message_start, ping, [content_block_start, content_block_delta*, content_block_stop]*,
     message_delta (stop_reason, usage), message_stop
@@ -17,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +35,12 @@ from ollama_py.server.completion import Final
 
 Event = tuple[str, dict[str, Any]]
 
+log = logging.getLogger(__name__)
+
+# output_config.effort -> Ollama's think level. Ollama's Anthropic route folds xhigh into high (its OpenAI routes
+# take xhigh to max); minimal, which OpenAI clients send, is low as on the OpenAI routes.
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "max", "xhigh": "high", "minimal": "low"}
+
 
 @dataclass(frozen=True, slots=True)
 class MessagesParams:
@@ -36,7 +49,7 @@ class MessagesParams:
     tools: list[Tool] | None
     stream: bool
     estimated_input_tokens: int  # for message_start; the real count comes with message_delta
-    think: bool | None = None  # thinking {"type": "enabled"} / {"type": "disabled"} (budget_tokens: an option)
+    think: bool | str | None = None  # thinking enabled/disabled, or an effort's level (budget_tokens: an option)
 
 
 def new_message_id() -> str:
@@ -89,9 +102,12 @@ def _convert_message(i: int, msg: Any) -> list[Message]:
         raise BadRequest(f"messages[{i}] must be an object")
     role = msg.get("role")
     role = role.lower() if isinstance(role, str) else role  # as Ollama's api.Message does
-    if role not in ("user", "assistant"):
-        raise BadRequest(f"messages[{i}].role must be \"user\" or \"assistant\"")
+    if role not in ("user", "assistant", "system"):
+        raise BadRequest(f"messages[{i}].role must be \"user\", \"assistant\" or \"system\"")
     content = msg.get("content")
+    if role == "system":  # a mid-conversation system message (Claude Code's reminders): rendered where it stands
+        text = _system(content, f"messages[{i}].content")
+        return [{"role": "system", "content": text}] if text else []
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     if not isinstance(blocks, list):
         raise BadRequest(f"messages[{i}].content must be a string or an array of content blocks")
@@ -117,14 +133,21 @@ def _convert_message(i: int, msg: Any) -> list[Message]:
                           "function": {"name": block["name"], "arguments": args if isinstance(args, dict) else {}}})
         elif kind == "tool_result":
             results.append(_tool_result(block))
+        elif kind == "server_tool_use" and isinstance(block.get("name"), str):  # a past server tool call, as Ollama
+            args = block.get("input")
+            calls.append({"id": str(block.get("id") or ""),
+                          "function": {"name": block["name"], "arguments": args if isinstance(args, dict) else {}}})
+        elif kind == "web_search_tool_result":
+            results.append({"role": "tool", "content": _search_results(block.get("content")),
+                            "tool_call_id": str(block.get("tool_use_id") or "")})
         elif kind == "thinking" and isinstance(block.get("thinking"), str):
             thoughts.append(block["thinking"])
-        # redacted thinking, documents, server tools: not supported; dropped as Ollama drops unknown blocks
+        # redacted thinking, documents, ...: not supported; dropped as Ollama drops unknown blocks
     out: list[Message] = []
     if role == "user":
         out.extend(results)  # the answers to the previous turn's calls come before what the user adds
     text = "".join(texts)
-    if text or images or calls:
+    if text or images or calls or (thoughts and role == "assistant"):
         m: Message = {"role": role, "content": text}
         if thoughts and role == "assistant":
             m["thinking"] = "".join(thoughts)
@@ -138,7 +161,25 @@ def _convert_message(i: int, msg: Any) -> list[Message]:
     return out
 
 
-def _system(value: Any) -> str:
+def _search_results(content: Any) -> str:
+    """A past web_search_tool_result as the text the model saw: one "- title: url" line a result, or the error."""
+    if isinstance(content, str):
+        return content
+    items = content if isinstance(content, list) else [content]
+    lines = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "web_search_tool_result_error":
+            code = item.get("error_code")
+            return f"web_search_tool_result_error: {code}" if code else "web_search_tool_result_error"
+        if item.get("type") == "web_search_result":
+            lines.append(f"- {item.get('title') or ''}: {item.get('url') or ''}\n")
+    return "".join(lines)
+
+
+def _system(value: Any, where: str = "system") -> str:
+    """A system prompt: a string, or text blocks (their cache_control marks are for Anthropic's cache)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -146,16 +187,24 @@ def _system(value: Any) -> str:
     if isinstance(value, list):
         return "".join(b["text"] for b in value
                        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
-    raise BadRequest("system must be a string or an array of text blocks")
+    raise BadRequest(f"{where} must be a string or an array of text blocks")
 
 
-def _tools(raw: Any) -> list[Tool] | None:
+def _tools(raw: Any, choice: Any) -> list[Tool] | None:
+    """Client tools as functions. Anthropic's server-side web search (type web_search_*) is run by Ollama on
+    ollama.com; ollama-py makes no connection its operator did not choose, so the tool is not offered to the model
+    (which answers from what it has, or with the client's own tools). tool_choice {"type": "none"}: no tools."""
     if not raw:
         return None
     if not isinstance(raw, list):
         raise BadRequest("tools must be an array")
+    if isinstance(choice, dict) and choice.get("type") == "none":
+        return None
     out: list[Tool] = []
     for t in raw:
+        if isinstance(t, dict) and str(t.get("type") or "").startswith("web_search"):
+            log.debug("anthropic: server tool %s not offered: web search is not available", t.get("type"))
+            continue
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise BadRequest("each tool needs a name")
         schema = t.get("input_schema")
@@ -163,7 +212,7 @@ def _tools(raw: Any) -> list[Tool] | None:
             raise BadRequest(f"invalid input_schema for tool {json.dumps(t['name'])}")
         out.append({"type": "function", "function": {"name": t["name"], "description": t.get("description") or "",
                                                      "parameters": schema or {"type": "object", "properties": {}}}})
-    return out
+    return out or None
 
 
 def _estimate_tokens(body: dict[str, Any]) -> int:
@@ -190,6 +239,9 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
         messages.append({"role": "system", "content": system})
     for i, msg in enumerate(raw):
         messages.extend(_convert_message(i, msg))
+    messages = _context_management(body.get("context_management"), messages)
+    if body.get("metadata") is not None:
+        log.debug("anthropic: metadata ignored (nothing in it changes the answer)")
     options: dict[str, Any] = {"num_predict": max_tokens}
     for key, kind in (("temperature", float), ("top_p", float), ("top_k", int)):
         if (value := typed_field(body, key, kind)) is not None:
@@ -201,9 +253,10 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
         options["stop"] = stops
     if (budget := _budget_tokens(body.get("thinking"))) is not None:
         options["reasoning_budget"] = budget
-    return MessagesParams(messages=messages, options=options, tools=_tools(body.get("tools")),
+    return MessagesParams(messages=messages, options=options, tools=_tools(body.get("tools"), body.get("tool_choice")),
                           stream=typed_field(body, "stream", bool, False),
-                          estimated_input_tokens=_estimate_tokens(body), think=_thinking(body.get("thinking")))
+                          estimated_input_tokens=_estimate_tokens(body),
+                          think=_thinking(body.get("thinking"), _effort(body.get("output_config"))))
 
 
 def _budget_tokens(value: Any) -> int | None:
@@ -217,13 +270,56 @@ def _budget_tokens(value: Any) -> int | None:
     return budget
 
 
-def _thinking(value: Any) -> bool | None:
-    if value is None:
+def _effort(value: Any) -> str | None:
+    """output_config.effort as a think level (None: not given)."""
+    if not isinstance(value, dict) or value.get("effort") in (None, ""):
         return None
+    effort = value["effort"]
+    level = _EFFORTS.get(effort.strip().lower()) if isinstance(effort, str) else None
+    if level is None:
+        raise BadRequest(f"invalid output_config.effort: {json.dumps(effort)} "
+                         '(must be "low", "medium", "high", "xhigh" or "max")')
+    return level
+
+
+def _thinking(value: Any, effort: str | None) -> bool | str | None:
+    """The think value: "disabled" -> False; "enabled" -> True, or the effort's level where one is given and
+    budget_tokens is not (the level is then the budget); "adaptive" or no thinking field -> the effort's level,
+    else None (the model's default: a thinking model thinks)."""
+    if value is None:
+        return effort
     kind = value.get("type") if isinstance(value, dict) else None
-    if kind not in ("enabled", "disabled"):
-        raise BadRequest('thinking.type must be "enabled" or "disabled"')
-    return kind == "enabled"
+    if kind == "disabled":
+        return False
+    if kind == "enabled":
+        return effort if effort is not None and value.get("budget_tokens") is None else True
+    if kind == "adaptive":
+        return effort
+    raise BadRequest('thinking.type must be "enabled", "disabled" or "adaptive"')
+
+
+def _context_management(value: Any, messages: list[Message]) -> list[Message]:
+    """Anthropic's context editing, as far as it can be applied to a prompt: clear_thinking_* drops the thinking
+    of all but the last `keep` thinking turns ("all": none dropped). The other edits (clear_tool_uses_*, which
+    count tokens against triggers) are ignored with a debug log."""
+    edits = value.get("edits") if isinstance(value, dict) else None
+    for edit in edits if isinstance(edits, list) else []:
+        kind = str(edit.get("type") or "") if isinstance(edit, dict) else ""
+        if not kind.startswith("clear_thinking"):
+            log.debug("anthropic: context_management edit %r not applied", kind)
+            continue
+        keep = edit.get("keep", {"type": "thinking_turns", "value": 1})
+        if keep == "all":
+            continue
+        turns = keep.get("value") if isinstance(keep, dict) else None
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
+            raise BadRequest("context_management clear_thinking keep must be \"all\" or "
+                             '{"type": "thinking_turns", "value": n}')
+        thinking = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("thinking")]
+        cleared = set(thinking[:len(thinking) - turns] if turns else thinking)
+        messages = [{k: v for k, v in m.items() if k != "thinking"} if i in cleared else m  # type: ignore[misc]
+                    for i, m in enumerate(messages)]
+    return messages
 
 
 # -- responses --------------------------------------------------------------------------------------

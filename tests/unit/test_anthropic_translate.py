@@ -52,6 +52,97 @@ def test_system_comes_first(system: Any) -> None:
     assert params.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
 
 
+def test_system_messages_inside_messages_stay_where_they_stand() -> None:
+    params = ant.parse_messages({**BASE, "system": [{"type": "text", "text": "You are Claude Code.",
+                                                      "cache_control": {"type": "ephemeral"}}], "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": [{"type": "text", "text": "<reminder>be brief</reminder>"}]},
+        {"role": "user", "content": "again"},
+        {"role": "system", "content": ""},  # nothing to say: no message, as Ollama
+    ]})
+    assert params.messages == [
+        {"role": "system", "content": "You are Claude Code."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": "<reminder>be brief</reminder>"},
+        {"role": "user", "content": "again"},
+    ]
+
+
+@pytest.mark.parametrize("extra, think, budget", [
+    ({}, None, None),
+    ({"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}, "high", None),
+    ({"thinking": {"type": "adaptive"}}, None, None),
+    ({"output_config": {"effort": "Medium "}}, "medium", None),
+    ({"output_config": {"effort": "xhigh"}}, "high", None),  # Ollama's Anthropic route folds xhigh into high
+    ({"output_config": {"effort": "max"}}, "max", None),
+    ({"output_config": {"effort": "minimal"}}, "low", None),
+    ({"thinking": {"type": "enabled", "budget_tokens": 2048}, "output_config": {"effort": "low"}}, True, 2048),
+    ({"thinking": {"type": "enabled"}, "output_config": {"effort": "low"}}, "low", None),
+    ({"thinking": {"type": "enabled"}}, True, None),
+    ({"thinking": {"type": "disabled"}, "output_config": {"effort": "high"}}, False, None),
+], ids=["none", "adaptive-high", "adaptive-alone", "effort-alone", "xhigh", "max", "minimal", "enabled-budget",
+        "enabled-effort", "enabled", "disabled-wins"])
+def test_thinking_and_effort(extra: dict[str, Any], think: Any, budget: int | None) -> None:
+    params = ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}], **extra})
+    assert params.think == think
+    assert params.options.get("reasoning_budget") == budget
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"thinking": {"type": "sometimes"}}, 'thinking.type must be "enabled", "disabled" or "adaptive"'),
+    ({"output_config": {"effort": "extreme"}},
+     'invalid output_config.effort: "extreme" (must be "low", "medium", "high", "xhigh" or "max")'),
+    ({"messages": [{"role": "tool", "content": "x"}]}, 'messages[0].role must be "user", "assistant" or "system"'),
+    ({"messages": [{"role": "system", "content": 3}]}, "messages[0].content must be a string or an array of text "
+                                                        "blocks"),
+], ids=["thinking-type", "effort", "role", "system-content"])
+def test_values_that_cannot_be_honoured(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(BadRequest) as e:
+        ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}], **extra})
+    assert str(e.value) == message
+
+
+def test_unknown_and_informational_fields_are_ignored() -> None:
+    plain = ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}]})
+    params = ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}],
+                                 "metadata": {"user_id": "user_abc"}, "service_tier": "auto",
+                                 "context_management": {"edits": [{"type": "clear_tool_uses_20250919",
+                                                                   "trigger": {"type": "input_tokens", "value": 1}}]},
+                                 "a_field_from_next_year": {"x": 1}})
+    assert params == plain
+
+
+def test_context_management_clears_old_thinking() -> None:
+    turns = [{"role": "user", "content": "q1"},
+             {"role": "assistant", "content": [{"type": "thinking", "thinking": "t1", "signature": "s"},
+                                               {"type": "text", "text": "a1"}]},
+             {"role": "user", "content": "q2"},
+             {"role": "assistant", "content": [{"type": "thinking", "thinking": "t2", "signature": "s"},
+                                               {"type": "text", "text": "a2"}]},
+             {"role": "user", "content": "q3"}]
+
+    def thoughts(keep: Any) -> list[str]:
+        cm = {"edits": [{"type": "clear_thinking_20251015", "keep": keep}]}
+        params = ant.parse_messages({**BASE, "messages": turns, "context_management": cm})
+        return [m["thinking"] for m in params.messages if m.get("thinking")]
+
+    assert thoughts("all") == ["t1", "t2"]
+    assert thoughts({"type": "thinking_turns", "value": 1}) == ["t2"]
+    assert thoughts({"type": "thinking_turns", "value": 0}) == []
+
+
+def test_tool_choice_none_and_server_web_search() -> None:
+    tools = [{"name": "Bash", "input_schema": {"type": "object"}},
+             {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]
+    params = ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}], "tools": tools})
+    assert [t["function"]["name"] for t in params.tools or []] == ["Bash"]  # no search backend: not offered
+    params = ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}], "tools": tools,
+                                 "tool_choice": {"type": "none"}})
+    assert params.tools is None
+
+
 def test_blocks_tool_use_and_tool_result() -> None:
     img = base64.b64encode(b"fake image").decode()
     params = ant.parse_messages({**BASE, "tools": [
