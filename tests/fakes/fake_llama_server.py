@@ -20,6 +20,9 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_REPLY=TEXT            say TEXT (split like the tokenizer) instead of the default sentence
   FAKE_REPLY_SPLIT=SEP       split FAKE_REPLY at each SEP instead (SEP dropped): one token per part, so a test can
                              put a token boundary inside a word or a tag ("<tool|s are fun")
+  FAKE_REPLY_WHEN=JSON       [[NEEDLE, TEXT], ...]: say the TEXT of the first NEEDLE found in the prompt (the
+                             prompt's text), else FAKE_REPLY: a scripted agent turn -- call a tool, then answer once
+                             the tool's result is in the prompt
   FAKE_LOG_FILE=PATH         append each POSTed JSON request body as one line (exactly as received)
   FAKE_MODEL_MIB / FAKE_KV_MIB / FAKE_COMPUTE_MIB / FAKE_DEVICE   buffer sizes and device in the start-up log
   FAKE_EMBEDDING_DIM=N       embedding width (default 16)
@@ -196,6 +199,7 @@ class Behaviour:
     tokens: int = 8
     reply: str = ""
     reply_split: str = ""
+    reply_when: tuple[tuple[str, str], ...] = ()
     log_file: str = ""
     model_mib: float = 98.0
     kv_mib: float = 45.0
@@ -213,6 +217,7 @@ class Behaviour:
             ignore_sigterm=os.environ.get("FAKE_IGNORE_SIGTERM", "") not in ("", "0"),
             token_delay=_env_float("FAKE_TOKEN_DELAY", 0.0), tokens=_env_int("FAKE_TOKENS", 8),
             reply=os.environ.get("FAKE_REPLY", ""), reply_split=os.environ.get("FAKE_REPLY_SPLIT", ""),
+            reply_when=tuple((str(n), str(t)) for n, t in json.loads(os.environ.get("FAKE_REPLY_WHEN") or "[]")),
             log_file=os.environ.get("FAKE_LOG_FILE", ""),
             model_mib=_env_float("FAKE_MODEL_MIB", 98.0), kv_mib=_env_float("FAKE_KV_MIB", 45.0),
             compute_mib=_env_float("FAKE_COMPUTE_MIB", 52.0), device=os.environ.get("FAKE_DEVICE", "") or "CPU",
@@ -468,11 +473,17 @@ class FakeServer:
         self.next_task = -1
         self.t_start = int(time.time())
 
-    def reply_piece(self, i: int) -> str | None:
-        """The i-th generated piece, or None where the model samples EOS."""
-        if self.behaviour.reply:
+    def reply_for(self, prompt: list[int]) -> str:
+        """What the model says to this prompt: FAKE_REPLY_WHEN's first match, else FAKE_REPLY."""
+        text = self.vocab.decode(prompt)
+        return next((reply for needle, reply in self.behaviour.reply_when if needle in text), self.behaviour.reply)
+
+    def reply_piece(self, i: int, reply: str | None = None) -> str | None:
+        """The i-th generated piece of `reply` (FAKE_REPLY when not given), or None where the model samples EOS."""
+        reply = self.behaviour.reply if reply is None else reply
+        if reply:
             split = self.behaviour.reply_split
-            pieces = self.behaviour.reply.split(split) if split else _PIECE.findall(self.behaviour.reply)
+            pieces = reply.split(split) if split else _PIECE.findall(reply)
             return pieces[i] if i < len(pieces) else None
         return generated_piece(i, GENERATED_SENTENCE.split()) if i < self.behaviour.tokens else None
 
@@ -588,6 +599,7 @@ class Completion:
     t_prompt: float = 0.0
     t_end: float = 0.0
     id: str = ""
+    reply: str | None = None  # what the model says (FAKE_REPLY_WHEN / FAKE_REPLY); None: FAKE_REPLY
 
     def _scan(self, is_eos: bool) -> str:
         """llama-server's stop-word handling: cut at a full match, hold back a possible partial one."""
@@ -619,7 +631,7 @@ class Completion:
                 return
             if self.n_decoded == 0:
                 self.t_prompt = time.monotonic()  # the first token comes out of prompt processing
-            piece = self.server.reply_piece(self.n_decoded)
+            piece = self.server.reply_piece(self.n_decoded, self.reply)
             if piece is None and ignore_eos:
                 piece = generated_piece(self.n_decoded, GENERATED_SENTENCE.split())
             token = EOS_ID if piece is None else self.server.vocab.id_of(piece)
@@ -797,6 +809,8 @@ async def serve_completion(request: web.Request, body: dict[str, Any], prompt: A
     slot = await state.slots.acquire(tokens, id_slot if isinstance(id_slot, int) else -1)
     c = Completion(state, slot, tokens, body, int(n_predict if n_predict is not None else -1),
                    _stop_words(body.get("stop")), stream)
+    if state.behaviour.reply_when:
+        c.reply = state.reply_for(tokens)
     try:
         state.next_task += 1
         slot.id_task, slot.n_prompt, slot.n_decoded, slot.n_remain = state.next_task, len(tokens), 0, c.n_predict

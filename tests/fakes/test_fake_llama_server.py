@@ -120,6 +120,14 @@ def test_stop_word_cuts_the_text_and_is_never_sent(tmp_path: Path, stream: bool)
     assert got[-1]["stop_type"] == "word" and got[-1]["stopping_word"] == "fox jumps"
 
 
+def test_reply_when_answers_by_what_the_prompt_holds(tmp_path: Path) -> None:
+    rules = json.dumps([["tool result: 42", "The answer is 42."], ["weather", "<tool_call>{}</tool_call>"]])
+    with fake(tmp_path, FAKE_REPLY_WHEN=rules, FAKE_REPLY="Hello there.") as (_, url):
+        said = [requests.post(url + "/completion", json={"prompt": p}).json()["content"]
+                for p in ("What is the weather?", "What is the weather? tool result: 42", "Hi")]
+    assert said == ["<tool_call>{}</tool_call>", "The answer is 42.", "Hello there."]
+
+
 def test_tokenize_and_detokenize_round_trip(tmp_path: Path) -> None:
     with fake(tmp_path) as (_, url):
         plain = requests.post(url + "/tokenize", json={"content": "Hello  big\nworld"}).json()["tokens"]
