@@ -308,21 +308,31 @@ def parse_chat(body: dict[str, Any]) -> ChatParams:
     )
 
 
-_EFFORTS = ("high", "medium", "low", "max")
+# OpenAI's effort scale runs past Ollama's levels at both ends, and clients add tiers of their own (Codex's
+# model_reasoning_effort takes minimal..xhigh): Ollama clamps them to its nearest level rather than refusing.
+_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "max", "ultra": "max",
+            "max": "max"}
 
 
-def _reasoning(body: dict[str, Any]) -> bool | str | None:
-    """reasoning_effort (or the Responses-style reasoning.effort) as Ollama's think: a level, or False."""
-    effort = body.get("reasoning_effort")
-    if effort is None and isinstance(body.get("reasoning"), dict):
-        effort = body["reasoning"].get("effort")
-    if effort is None:
+def think_from_effort(effort: Any) -> bool | str | None:
+    """An OpenAI reasoning effort as Ollama's think: None (unset: the model's default), False for "none", else a
+    level (Ollama's thinkFromReasoningEffort)."""
+    if effort is None or effort == "":
         return None
     if effort == "none":
         return False
-    if effort not in _EFFORTS:
-        raise BadRequest(f"invalid reasoning value: '{effort}' (must be \"high\", \"medium\", \"low\", or \"none\")")
-    return str(effort)
+    if not isinstance(effort, str) or effort not in _EFFORTS:
+        raise BadRequest(f"invalid reasoning value: {json.dumps(effort)} (must be \"minimal\", \"low\", \"medium\", "
+                         '"high", "xhigh", "ultra", "max", or "none")')
+    return _EFFORTS[effort]
+
+
+def _reasoning(body: dict[str, Any]) -> bool | str | None:
+    """reasoning_effort (or the Responses-style reasoning.effort, which wins as in Ollama) as Ollama's think."""
+    effort = body.get("reasoning_effort")
+    if isinstance(body.get("reasoning"), dict) and body["reasoning"].get("effort") not in (None, ""):
+        effort = body["reasoning"]["effort"]
+    return think_from_effort(effort)
 
 
 def parse_completion(body: dict[str, Any]) -> CompletionParams:

@@ -1,6 +1,12 @@
 """OpenAI's Responses API (POST /v1/responses) <-> the native chat path, as Ollama does it: stateless only.
 
-A request becomes native chat messages, options, tools, format and think; the answer (a Final, or Deltas then a
+A request becomes native chat messages, options, tools, format and think. Tools as Ollama takes them: a
+`namespace` declaration expands to its member functions named `<namespace>.<member>` (and a call of one goes back
+to the client as a function_call with that `namespace` and the member's `name`, the form Codex looks tools up
+by); other named tools become functions. The built-in `web_search` is run by Ollama on ollama.com: ollama-py
+makes no connection its operator did not choose, so it is accepted, echoed, and not offered to the model.
+Fields that change nothing here are accepted and ignored (store, include, prompt_cache_key, client_metadata,
+parallel_tool_calls, service_tier, ...). The answer (a Final, or Deltas then a
 Final) becomes a `response` object, or the stream of named events the `openai` client's `responses.stream()`
 reads: response.created, response.in_progress, output items (reasoning, message, function_call) with their
 deltas and `done` events, and response.completed carrying the whole response.
@@ -9,10 +15,12 @@ deltas and `done` events, and response.completed carrying the whole response.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from dataclasses import field as field_
 from typing import Any
 
 from ollama_py.api.wire import Message, Tool, ToolCall, ToolFunction
@@ -22,9 +30,10 @@ from ollama_py.server.bodies import field
 from ollama_py.server.completion import Final
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
-_EFFORTS = ("low", "medium", "high", "max")
 
 Event = tuple[str, dict[str, Any]]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,7 @@ class ResponsesParams:
     think: bool | str | None
     stream: bool
     echo: dict[str, Any]  # the request's settings, repeated in every response object
+    namespaces: dict[str, tuple[str, str]] = field_(default_factory=dict)  # "ns.member" -> (ns, member)
 
 
 # -- requests -----------------------------------------------------------------------------------------------
@@ -57,16 +67,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         options["num_predict"] = max_tokens
 
     reasoning = field(body, "reasoning", dict) or {}
-    effort = reasoning.get("effort")
-    think: bool | str | None = None
-    if effort not in (None, ""):
-        if effort == "none":
-            think = False
-        elif effort in _EFFORTS:
-            think = str(effort)
-        else:
-            raise BadRequest(f'invalid reasoning value: {json.dumps(effort)} '
-                             '(must be "high", "medium", "low", "max", or "none")')
+    think = oai.think_from_effort(reasoning.get("effort"))
 
     text = field(body, "text", dict) or {}
     text_format = text.get("format") if isinstance(text.get("format"), dict) else None
@@ -77,7 +78,9 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         fmt = text_format["schema"]
 
     raw_tools = body.get("tools") or []
-    tools = _tools(raw_tools)
+    tools, namespaces = _tools(raw_tools)
+    if body.get("tool_choice") == "none":
+        tools = None
     echo = {
         "instructions": instructions or None,
         "tools": raw_tools,
@@ -89,9 +92,10 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         "max_output_tokens": options.get("num_predict"),
         "truncation": field(body, "truncation", str) or "disabled",
         "background": field(body, "background", bool, False),
+        "prompt_cache_key": field(body, "prompt_cache_key", str),
     }
     return ResponsesParams(messages=messages, options=options, format=fmt, tools=tools, think=think,
-                           stream=field(body, "stream", bool, False), echo=echo)
+                           stream=field(body, "stream", bool, False), echo=echo, namespaces=namespaces)
 
 
 def _input_messages(raw: Any) -> list[Message]:
@@ -144,6 +148,8 @@ def _input_messages(raw: Any) -> list[Message]:
         elif kind == "reasoning":
             content = item.get("encrypted_content")
             pending_thinking = content if isinstance(content, str) else ""
+        elif kind == "web_search_call":
+            pass  # history of a built-in search: the assistant message after it carries what the model saw
         elif not kind:
             raise BadRequest(f"input[{i}]: input item missing required 'type' field")
         else:
@@ -184,6 +190,9 @@ def _function_call(item: dict[str, Any], i: int) -> ToolCall:
         raise BadRequest(f"input[{i}]: failed to parse function call arguments") from None
     if not isinstance(parsed, dict):
         raise BadRequest(f"input[{i}]: function call arguments must be a JSON object")
+    namespace = item.get("namespace")
+    if isinstance(namespace, str) and namespace and not name.startswith(namespace + "."):
+        name = f"{namespace}.{name}"  # as the model was offered it
     call: ToolCall = {"function": {"name": name, "arguments": parsed}}
     if isinstance(item.get("call_id"), str):
         call["id"] = item["call_id"]
@@ -198,21 +207,59 @@ def _tool_name(messages: list[Message], call_id: str) -> str:
     return ""
 
 
-def _tools(raw: Any) -> list[Tool] | None:
-    """Responses tools ({"type", "name", "parameters"}) -> chat tools ({"type", "function": {...}})."""
+def _tools(raw: Any) -> tuple[list[Tool] | None, dict[str, tuple[str, str]]]:
+    """Responses tools ({"type", "name", "parameters"}) -> chat tools ({"type", "function": {...}}), and the
+    namespaced names ("ns.member" -> (ns, member)) to map calls back."""
     if not raw:
-        return None
+        return None, {}
     if not isinstance(raw, list):
         raise BadRequest("tools must be an array")
     tools: list[Tool] = []
+    namespaces: dict[str, tuple[str, str]] = {}
+    searching = any(isinstance(t, dict) and t.get("type") == "web_search" for t in raw)
     for i, t in enumerate(raw):
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or t.get("type", "function") != "function":
-            raise BadRequest(f'tools[{i}] must be a {{"type": "function", "name": ...}} object')
-        fn: ToolFunction = {"name": t["name"], "description": t.get("description") or ""}
-        if t.get("parameters") is not None:
-            fn["parameters"] = t["parameters"]
-        tools.append({"type": "function", "function": fn})
-    return tools
+        if not isinstance(t, dict):
+            raise BadRequest(f"tools[{i}] must be an object")
+        if t.get("type") == "web_search":
+            log.debug("responses: built-in web_search not offered to the model: web search is not available")
+            continue
+        ns = t.get("name") if t.get("type") == "namespace" else None
+        for tool in _expand(t, f"tools[{i}]"):
+            name = tool["function"]["name"]
+            if searching and name == "web_search":
+                continue  # the built-in owns the name (Ollama drops the user's function of that name)
+            tools.append(tool)
+            if ns:
+                namespaces[name] = (ns, name[len(ns) + 1:])
+    return tools or None, namespaces
+
+
+def _expand(t: dict[str, Any], where: str) -> list[Tool]:
+    """One declaration -> the functions it declares: a namespace's members (namespaces nest) named
+    `<namespace>.<member>`, unless a member's name says so already, as Ollama names them."""
+    if t.get("type") == "namespace":
+        ns, members = t.get("name"), t.get("tools")
+        if not isinstance(ns, str) or not isinstance(members, list):
+            raise BadRequest(f'{where}: a namespace needs a name and its "tools"')
+        out = []
+        for j, member in enumerate(members):
+            if not isinstance(member, dict):
+                raise BadRequest(f"{where}.tools[{j}] must be an object")
+            for tool in _expand(member, f"{where}.tools[{j}]"):
+                if ns and not tool["function"]["name"].startswith(ns + "."):
+                    tool["function"]["name"] = f"{ns}.{tool['function']['name']}"
+                out.append(tool)
+        return out
+    name = t.get("name")
+    if not isinstance(name, str) or not name:
+        log.debug("responses: tool of type %r without a name not offered to the model", t.get("type"))
+        return []
+    fn: ToolFunction = {"name": name, "description": t.get("description") or ""}
+    if isinstance(t.get("parameters"), dict):
+        fn["parameters"] = t["parameters"]
+    elif t.get("parameters") is not None:
+        raise BadRequest(f"{where}.parameters must be a JSON schema object")
+    return [{"type": "function", "function": fn}]
 
 
 # -- responses ----------------------------------------------------------------------------------------------
@@ -239,7 +286,7 @@ def response_object(response_id: str, model: str, echo: dict[str, Any], status: 
         "temperature": echo["temperature"], "reasoning": echo["reasoning"], "usage": usage,
         "max_output_tokens": echo["max_output_tokens"], "max_tool_calls": None, "store": False,
         "background": echo["background"], "service_tier": "default", "metadata": {}, "safety_identifier": None,
-        "prompt_cache_key": None,
+        "prompt_cache_key": echo.get("prompt_cache_key"),
     }
 
 
@@ -257,26 +304,36 @@ def _reasoning_item(item_id: str, thinking: str) -> dict[str, Any]:
             "encrypted_content": thinking}
 
 
-def _function_items(response_id: str, final: Final) -> list[dict[str, Any]]:
-    return [{"id": f"fc_{response_id}_{i}", "type": "function_call", "status": "completed", "call_id": call["id"],
-             "name": call["function"]["name"], "arguments": call["function"]["arguments"]}
-            for i, call in enumerate(oai.tool_calls(final.tool_calls or []))]
+def _function_items(response_id: str, final: Final,
+                    namespaces: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    items = []
+    for i, call in enumerate(oai.tool_calls(final.tool_calls or [])):
+        name = call["function"]["name"]
+        item: dict[str, Any] = {"id": f"fc_{response_id}_{i}", "type": "function_call", "status": "completed",
+                                "call_id": call["id"], "name": name, "arguments": call["function"]["arguments"]}
+        if name in namespaces:  # a namespace member: the client looks it up by (namespace, name)
+            item["namespace"], item["name"] = namespaces[name]
+        items.append(item)
+    return items
 
 
-def response(response_id: str, item_id: str, model: str, echo: dict[str, Any], final: Final) -> dict[str, Any]:
+def response(response_id: str, item_id: str, model: str, echo: dict[str, Any], final: Final,
+             namespaces: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
     """stream: false -> the whole response."""
     output = [_reasoning_item(f"rs_{response_id}", final.thinking)] if final.thinking else []
     if final.text or not final.tool_calls:  # the text before the calls is a message item ahead of them
         output.append(_message_item(item_id, final.text))
-    output += _function_items(response_id, final)
+    output += _function_items(response_id, final, namespaces or {})
     return response_object(response_id, model, echo, "completed", output, final)
 
 
 class ResponseStream:
     """The named events of one streamed response, in order, each with its sequence_number."""
 
-    def __init__(self, response_id: str, item_id: str, model: str, echo: dict[str, Any]) -> None:
+    def __init__(self, response_id: str, item_id: str, model: str, echo: dict[str, Any],
+                 namespaces: dict[str, tuple[str, str]] | None = None) -> None:
         self.response_id, self.item_id, self.model, self.echo = response_id, item_id, model, echo
+        self.namespaces = namespaces or {}
         self._seq = 0
         self._index = 0  # output_index of the item being written
         self._thinking: str | None = None  # None until a reasoning item is open
@@ -350,7 +407,7 @@ class ResponseStream:
             self._done_items.append(item)
             self._index += 1
         if final.tool_calls:
-            for item in _function_items(self.response_id, final):
+            for item in _function_items(self.response_id, final, self.namespaces):
                 yield self._event("response.output_item.added", {
                     "output_index": self._index, "item": {**item, "status": "in_progress", "arguments": ""}})
                 if item["arguments"]:

@@ -104,9 +104,10 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
     if not params.stream:
         items = await collect(events)
-        return web.json_response(rt.response(response_id, item_id, raw_name, params.echo, items[-1]))
+        return web.json_response(rt.response(response_id, item_id, raw_name, params.echo, items[-1],
+                                             params.namespaces))
 
-    stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo)
+    stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo, params.namespaces)
     return await sse(request, content_blocks(events, stream), done_marker=False)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -81,9 +82,12 @@ def test_tools_json_schema_and_reasoning():
     ({"input": 5}, "input must be a string or array"),
     ({"input": ""}, "input is required"),
     ({"input": "Hi", "reasoning": {"effort": "extreme"}},
-     'invalid reasoning value: "extreme" (must be "high", "medium", "low", "max", or "none")'),
+     'invalid reasoning value: "extreme" (must be "minimal", "low", "medium", "high", "xhigh", "ultra", "max", '
+     'or "none")'),
     ({"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id is not supported"),
-    ({"input": "Hi", "tools": [{"type": "web_search"}]}, "tools[0] must be"),
+    ({"input": "Hi", "tools": [{"type": "namespace", "name": "ns"}]}, 'tools[0]: a namespace needs a name and its'),
+    ({"input": "Hi", "tools": [{"type": "function", "name": "f", "parameters": "x"}]},
+     "tools[0].parameters must be a JSON schema object"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
      "invalid image input"),
 ])
@@ -145,3 +149,61 @@ def test_the_stream_of_events():
     assert completed["status"] == "completed"
     assert [o["type"] for o in completed["output"]] == ["reasoning", "message"]
     assert completed["output"][1]["content"][0]["text"] == "Hello"
+
+
+@pytest.mark.parametrize(("effort", "think"), [
+    ("minimal", "low"), ("low", "low"), ("medium", "medium"), ("high", "high"), ("xhigh", "max"), ("ultra", "max"),
+    ("max", "max"), ("none", False), ("", None), (None, None),
+])
+def test_every_effort_ollama_maps(effort: Any, think: Any):
+    assert rt.parse_responses({"input": "Hi", "reasoning": {"effort": effort}}).think == think
+
+
+NAMESPACE = {"type": "namespace", "name": "muse", "description": "Muse tools", "tools": [
+    {"type": "function", "name": "bash", "description": "Runs a command", "strict": True,
+     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
+    {"type": "function", "name": "muse.read_file", "description": "Reads a file", "parameters": {"type": "object"}},
+]}
+
+
+def test_a_namespace_expands_to_qualified_functions_and_web_search_is_not_offered():
+    params = rt.parse_responses({"input": "Hi", "tools": [
+        NAMESPACE, {"type": "web_search", "external_web_access": False},
+        {"type": "function", "name": "web_search", "parameters": {"type": "object"}},  # the built-in owns the name
+        {"type": "function", "name": "plain", "parameters": {"type": "object"}},
+        {"type": "local_shell"}]})
+    assert [t["function"]["name"] for t in params.tools or []] == ["muse.bash", "muse.read_file", "plain"]
+    assert params.tools and params.tools[0]["function"]["parameters"]["required"] == ["command"]
+    assert params.tools[0]["function"]["description"] == "Runs a command"
+    assert params.namespaces == {"muse.bash": ("muse", "bash"), "muse.read_file": ("muse", "read_file")}
+    assert params.echo["tools"][0] is NAMESPACE  # the client sees its own declarations
+
+
+def test_a_call_of_a_namespace_member_goes_back_with_its_namespace():
+    params = rt.parse_responses({"input": "Hi", "tools": [NAMESPACE]})
+    call = {"id": "call_1", "function": {"name": "muse.bash", "arguments": {"command": "ls"}}}
+    out = rt.response("resp_1", "msg_1", "m", params.echo, final(text="", tool_calls=[call]), params.namespaces)
+    item = out["output"][-1]
+    assert (item["type"], item["namespace"], item["name"], json.loads(item["arguments"])) == (
+        "function_call", "muse", "bash", {"command": "ls"})
+    stream = rt.ResponseStream("resp_1", "msg_1", "m", params.echo, params.namespaces)
+    done = [d["item"] for k, d in stream.finish(final(text="", tool_calls=[call])) if k == "response.output_item.done"]
+    assert (done[-1]["namespace"], done[-1]["name"]) == ("muse", "bash")
+    # ... and comes back in the next request's history under the name the model was offered
+    history = rt.parse_responses({"input": [
+        {"type": "function_call", "namespace": "muse", "name": "bash", "arguments": '{"command": "ls"}',
+         "call_id": "call_1"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"},
+        {"type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "x"}}]})
+    assert history.messages[0]["tool_calls"][0]["function"]["name"] == "muse.bash"
+    assert history.messages[1] == {"role": "tool", "content": "a.txt", "tool_call_id": "call_1",
+                                   "tool_name": "muse.bash"}
+
+
+def test_fields_codex_sends_are_accepted():
+    params = rt.parse_responses({"input": "Hi", "store": False, "include": ["reasoning.encrypted_content"],
+                                 "prompt_cache_key": "conv-1", "client_metadata": {"x": "y"},
+                                 "parallel_tool_calls": False, "tool_choice": "auto", "service_tier": "auto"})
+    assert params.messages == [{"role": "user", "content": "Hi"}]
+    assert rt.response("resp_1", "msg_1", "m", params.echo, final())["prompt_cache_key"] == "conv-1"
+    assert rt.parse_responses({"input": "Hi", "tools": [NAMESPACE], "tool_choice": "none"}).tools is None

@@ -128,7 +128,8 @@ async def test_openai_reasoning(client):
         "model": "thinker", "reasoning_effort": "extreme", "messages": [{"role": "user", "content": "hi"}]})
     assert bad.status == 400
     assert (await bad.json())["error"]["message"] == (
-        "invalid reasoning value: 'extreme' (must be \"high\", \"medium\", \"low\", or \"none\")")
+        'invalid reasoning value: "extreme" (must be "minimal", "low", "medium", "high", "xhigh", "ultra", "max", '
+        'or "none")')
     # a model without thinking ignores reasoning_effort on this API (Ollama relaxes it), unlike think on /api
     plain = await client.post("/v1/chat/completions", json={
         "model": "plain", "reasoning_effort": "high", "messages": [{"role": "user", "content": "hi"}]})
@@ -221,12 +222,22 @@ async def test_openai_effort_and_anthropic_budget_tokens_reach_the_runner(client
     await client.post("/v1/chat/completions", json={
         "model": "thinker", "reasoning_effort": "low", "messages": [{"role": "user", "content": "hi"}]})
     assert budget_of(client.bodies()[-1])[0] == 1024
+    await client.post("/v1/chat/completions", json={  # Codex's model_reasoning_effort = "minimal": Ollama's low
+        "model": "thinker", "reasoning_effort": "minimal", "messages": [{"role": "user", "content": "hi"}]})
+    assert budget_of(client.bodies()[-1])[0] == 1024
+    xhigh = await client.post("/v1/responses", json={"model": "thinker", "input": "hi",
+                                                     "reasoning": {"effort": "xhigh"}})
+    assert xhigh.status == 200 and "reasoning_budget_tokens" not in client.bodies()[-1]  # max: no limit
     ask = {"model": "thinker", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
     await client.post("/v1/messages", json={**ask, "thinking": {"type": "enabled", "budget_tokens": 40}})
     assert budget_of(client.bodies()[-1]) == (40, "<think>", ["</think>"], "", None)
     bad = await client.post("/v1/messages", json={**ask, "thinking": {"type": "enabled", "budget_tokens": -1}})
     assert bad.status == 400
     assert (await bad.json())["error"]["message"] == "thinking.budget_tokens must be a non-negative integer"
+    # Claude Code's every request: adaptive thinking at an effort -> that level's budget
+    await client.post("/v1/messages", json={**ask, "thinking": {"type": "adaptive"},
+                                            "output_config": {"effort": "high"}})
+    assert budget_of(client.bodies()[-1])[0] == 16384
 
 
 async def test_budget_counts_from_a_block_the_prompt_opened(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
