@@ -2,11 +2,22 @@
 # Build upstream llama.cpp (llama-server, llama-quantize, ggml-rpc-server) per variant into runners/<variant>/.
 #
 # Usage: scripts/build_runners.sh [VARIANT...]      VARIANT: cpu cpu_avx2 vulkan cuda metal
+#        scripts/build_runners.sh --this-host       only the variant ollama-py will run on this host (what
+#                                                  `make run` builds first: cuda, metal, vulkan or cpu_avx2/cpu)
 #        scripts/build_runners.sh --check-cuda      configure the cuda variant and compile its backend object
-#                                                  (ggml-cuda.cu, one architecture): proves the CUDA build on a
-#                                                  machine with nvcc and no GPU, in seconds instead of 40 minutes
+#                                                  (ggml-cuda.cu, this machine's GPU architectures, else sm_90):
+#                                                  proves the CUDA build in seconds instead of 40 minutes
 #   no argument: every variant this host can build and run (vulkan: when glslc and the Vulkan loader's
-#   development files are installed, e.g. Debian's libvulkan-dev glslc spirv-headers).
+#   development files are installed, e.g. Debian's libvulkan-dev glslc spirv-headers; cuda: when an NVIDIA GPU
+#   is present, nvidia-smi -L lists it).
+#
+# CUDA: the toolkit is nvcc on PATH or CUDA_HOME; without either (a machine with only the NVIDIA driver) one is
+# assembled from pinned, hash-checked PyPI wheels (scripts/cuda-wheels-<major>.txt: nvcc, crt, nvvm, runtime,
+# cccl, cuBLAS) into the cache, cuda-toolkit-<major>, for the CUDA major the driver supports. It is compiled for
+# this machine's GPUs only (nvidia-smi's compute capability, e.g. 9.0 -> sm_90): one architecture takes ~20 min
+# on 2 cores, each more adds as much. OLLAMA_PY_CUDA_ARCHITECTURES=all (packagers) builds every architecture nvcc
+# knows; it or CMAKE_CUDA_ARCHITECTURES may also name a list ("86;90"). The runner finds libcudart/libcublas at
+# run time through runners/cuda/build-info.json's "library_path", which ollama-py puts on LD_LIBRARY_PATH.
 #
 # Source (one pinned upstream revision):
 #   default                the llama.cpp tree vendored verbatim in the PyPI sdist llama-cpp-python==0.3.36,
@@ -39,10 +50,26 @@ host_variants() {
   if [ "$arch" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo \
      && grep -qw f16c /proc/cpuinfo; then v="$v cpu_avx2"; fi
   if vulkan_buildable; then v="$v vulkan"; fi
-  if command -v nvcc >/dev/null 2>&1 && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    v="$v cuda"
-  fi
+  if nvidia_gpus_present; then v="$v cuda"; fi
   echo "$v"
+}
+
+# The one variant ollama-py's runner choice (runner/variants.py) will take on this host: the vendor GPU build
+# when there is such a GPU, vulkan when a Vulkan GPU shows, else the best CPU build.
+this_host_variant() {
+  local all; all=" $(host_variants) "
+  case "$all" in *" cuda "*) echo cuda; return ;; *" metal "*) echo metal; return ;; esac
+  if [[ "$all" == *" vulkan "* ]] && vulkan_gpu_present; then echo vulkan; return; fi
+  case "$all" in *" cpu_avx2 "*) echo cpu_avx2 ;; *) echo cpu ;; esac
+}
+
+vulkan_gpu_present() {  # a real GPU (not llvmpipe, a CPU) in vulkaninfo's summary
+  command -v vulkaninfo >/dev/null 2>&1 \
+    && vulkaninfo --summary 2>/dev/null | grep >/dev/null 'deviceType *= *PHYSICAL_DEVICE_TYPE_\(DISCRETE\|INTEGRATED\)_GPU'
+}
+
+nvidia_gpus_present() {
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep '^GPU ' >/dev/null
 }
 
 vulkan_buildable() {
@@ -79,10 +106,96 @@ vulkan_include_dir() {
   echo "$dir/usr/include"
 }
 
-# A CUDA toolkit put together from PyPI wheels (nvidia-cuda-nvcc, -runtime, ...) has no cuBLAS, and a machine
-# without the NVIDIA driver has no libcuda to link against. cuda_support_flags fills both gaps in the cache:
-# cuBLAS from PyPI's nvidia-cublas wheel of the toolkit's major version, and a link-only libcuda stub (every
-# cu* entry point of cuda.h returning CUDA_ERROR_STUB_LIBRARY; at run time the real driver's libcuda.so.1 wins).
+# ---- CUDA: the toolkit, its libraries, the architectures ----------------------------------------------------------
+# CUDA_ROOT: the toolkit the cuda variant is compiled with (set by ensure_cuda_toolkit, in the main shell).
+CUDA_ROOT=""
+
+# The newest CUDA major the driver runs: "CUDA Version: 13.0" in nvidia-smi's header -> 13.
+driver_cuda_major() {
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -1
+}
+
+# This machine's GPU architectures, nvidia-smi's compute capabilities without the dot ("9.0" -> "90"), as a
+# CMake list; empty without an NVIDIA GPU.
+gpu_archs() {
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' .\r' | grep -E '^[0-9]+$' \
+    | sort -n -u | paste -s -d ';' - || true
+}
+
+# The toolkit: CUDA_HOME, else nvcc on PATH, else one assembled from PyPI wheels for the driver's CUDA major.
+ensure_cuda_toolkit() {
+  [ -z "$CUDA_ROOT" ] || return 0
+  if [ -n "${CUDA_HOME:-}" ]; then
+    [ -x "$CUDA_HOME/bin/nvcc" ] || die "CUDA_HOME=$CUDA_HOME has no bin/nvcc"
+    CUDA_ROOT="$CUDA_HOME"
+  elif command -v nvcc >/dev/null 2>&1; then
+    CUDA_ROOT="$(cuda_root)"
+  else
+    local major="${OLLAMA_PY_CUDA_MAJOR:-}" driver
+    driver="$(driver_cuda_major)"
+    if [ -z "$major" ]; then
+      if [ -z "$driver" ]; then major=13
+      elif [ "$driver" -ge 13 ]; then major=13
+      elif [ "$driver" -eq 12 ]; then major=12
+      else die "the NVIDIA driver runs CUDA $driver at most; the cuda runner needs CUDA 12 or newer: update the \
+driver (nvidia-smi shows its CUDA Version), or build the cpu/vulkan variants"
+      fi
+    fi
+    toolkit_from_wheels "$major" "$driver"
+  fi
+  export PATH="$CUDA_ROOT/bin:$PATH"
+  step "cuda: toolkit $CUDA_ROOT ($("$CUDA_ROOT/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/CUDA \1/p'))"
+}
+
+# scripts/cuda-wheels-<major>.txt (pinned, hashed) installed with pip, then merged into one toolkit tree:
+# bin/nvcc, include (with crt, cccl and cuBLAS), lib + lib64, nvvm, as nvcc.profile and CMake expect it.
+toolkit_from_wheels() {
+  local major="$1" driver="${2:-}" req="$ROOT/scripts/cuda-wheels-$1.txt" dir="$CACHE/cuda-toolkit-$1" stamp
+  [ -f "$req" ] || die "no pinned CUDA $major wheels ($req); set OLLAMA_PY_CUDA_MAJOR to 12 or 13"
+  stamp="$( (sha256sum "$req" 2>/dev/null || shasum -a 256 "$req") | cut -d' ' -f1)"
+  CUDA_ROOT="$dir"
+  if [ -x "$dir/bin/nvcc" ] && [ "$(cat "$dir/.requirements-sha256" 2>/dev/null)" = "$stamp" ]; then
+    step "cuda: using the CUDA $major toolkit assembled from PyPI wheels ($dir)"; return
+  fi
+  step "cuda: no CUDA toolkit here (no nvcc on PATH, no CUDA_HOME); the driver runs CUDA ${driver:-?}: assembling \
+the CUDA $major toolkit from PyPI wheels ($(basename "$req"): nvcc, crt, nvvm, runtime, cccl, cuBLAS; ~0.5-0.7 GB \
+download, once) into $dir"
+  rm -rf "$dir.tmp"; mkdir -p "$dir.tmp/root"
+  python3 -m pip install --no-deps --require-hashes --only-binary :all: --disable-pip-version-check \
+      --progress-bar on --target "$dir.tmp/pip" -r "$req" >&2 \
+    || die "step 'cuda-toolkit' failed: pip could not install the wheels of $req"
+  step "cuda: laying the wheels out as a toolkit"
+  local pkg f
+  for pkg in "$dir.tmp"/pip/nvidia/*/; do
+    cp -Rlf "$pkg." "$dir.tmp/root/" || die "step 'cuda-toolkit' failed: could not merge $pkg"
+  done
+  mkdir -p "$dir.tmp/root/dist-info"; mv "$dir.tmp"/pip/*.dist-info "$dir.tmp/root/dist-info/"
+  rm -rf "$dir.tmp/pip" "$dir.tmp/root/__init__.py" "$dir.tmp/root/__pycache__"
+  find "$dir.tmp/root" -name '__init__.py' -delete
+  [ -x "$dir.tmp/root/bin/nvcc" ] || die "step 'cuda-toolkit' failed: the wheels of $req hold no bin/nvcc"
+  # wheels carry no symlinks: the unversioned names the linker looks for, lib64, and nvcc.profile's targets/ dir
+  for f in "$dir.tmp"/root/lib/lib*.so.*; do
+    [ -e "$f" ] || continue
+    local base; base="$(basename "$f")"
+    [ -e "$dir.tmp/root/lib/${base%%.so.*}.so" ] || ln -s "$base" "$dir.tmp/root/lib/${base%%.so.*}.so"
+  done
+  [ -e "$dir.tmp/root/lib64" ] || ln -s lib "$dir.tmp/root/lib64"
+  local target; target="$(uname -m | sed 's/^arm64$/aarch64/')-linux"
+  [ "$target" != aarch64-linux ] || target=sbsa-linux
+  mkdir -p "$dir.tmp/root/targets/$target"
+  ln -sfn ../../include "$dir.tmp/root/targets/$target/include"; ln -sfn ../../lib "$dir.tmp/root/targets/$target/lib"
+  printf '%s\n' "$stamp" >"$dir.tmp/root/.requirements-sha256"
+  rm -rf "$dir"; mv "$dir.tmp/root" "$dir"; rm -rf "$dir.tmp"
+  "$dir/bin/nvcc" --version >/dev/null || die "step 'cuda-toolkit' failed: $dir/bin/nvcc does not run"
+  step "cuda: toolkit ready ($dir, $(du -sm "$dir" | cut -f1) MB)"
+}
+
+# A toolkit without cuBLAS (one put together from nvcc/runtime wheels by hand) and a machine without the NVIDIA
+# driver's libcuda need two more things, kept in the cache: cuBLAS from the pinned wheel of the toolkit's major
+# (cuda-extra), and a link-only libcuda stub (every cu* entry point of cuda.h returning CUDA_ERROR_STUB_LIBRARY;
+# named libcuda.so, so at run time the loader still takes the driver's libcuda.so.1).
 cuda_root() {
   if [ -n "${CUDA_HOME:-}" ]; then echo "$CUDA_HOME"; return; fi
   local nvcc; nvcc="$(command -v nvcc)"
@@ -92,21 +205,38 @@ cuda_root() {
   dirname "$(dirname "$real")"
 }
 
+# The pinned cuBLAS requirement (with its hashes) of scripts/cuda-wheels-<major>.txt.
+cublas_requirement() {
+  awk '/^nvidia-cublas/ { on = 1 } on { print } on && !/\\$/ { exit }' "$ROOT/scripts/cuda-wheels-$1.txt"
+}
+
+cuda_lib_dir() {  # the toolkit's directory holding libcudart
+  local d
+  for d in "$CUDA_ROOT/lib64" "$CUDA_ROOT/lib" "$CUDA_ROOT"/targets/*/lib; do
+    if ls "$d"/libcudart.so* >/dev/null 2>&1; then echo "$d"; return; fi
+  done
+  echo "$CUDA_ROOT/lib64"
+}
+
 cuda_support_flags() {
-  local root inc extra="$CACHE/cuda-extra" major
-  root="$(cuda_root)"; inc="$root/include"
+  ensure_cuda_toolkit
+  local root="$CUDA_ROOT" inc extra="$CACHE/cuda-extra" major
+  inc="$root/include"
   [ -f "$inc/cuda.h" ] || die "step 'cuda' failed: no cuda.h under $inc (set CUDA_HOME to the toolkit)"
-  major="$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p' | head -1)"
-  local flags=""
+  major="$("$root/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p' | head -1)"
+  local flags="-DCMAKE_CUDA_COMPILER=$root/bin/nvcc"
   if [ ! -f "$inc/cublas_v2.h" ]; then
     if [ ! -f "$extra/include/cublas_v2.h" ]; then
-      local pkg="nvidia-cublas-cu$major"; [ "$major" -ge 13 ] && pkg="nvidia-cublas==$major.*"
-      step "cuda: fetching cuBLAS ($pkg from PyPI; the toolkit at $root has none)"
+      local req="$extra.req.txt"
+      cublas_requirement "$major" >"$req" 2>/dev/null || true
+      [ -s "$req" ] || die "step 'cuda' failed: no pinned cuBLAS for CUDA $major (scripts/cuda-wheels-$major.txt)"
+      step "cuda: fetching cuBLAS ($(head -1 "$req" | cut -d' ' -f1) from PyPI; the toolkit at $root has none)"
       rm -rf "$extra.tmp"; mkdir -p "$extra.tmp/wheel" "$extra.tmp/include" "$extra.tmp/lib"
-      python3 -m pip install --quiet --no-deps --target "$extra.tmp/wheel" "$pkg" \
-        || die "step 'cuda' failed: pip could not install $pkg"
+      python3 -m pip install --quiet --no-deps --require-hashes --only-binary :all: --target "$extra.tmp/wheel" \
+          -r "$req" || die "step 'cuda' failed: pip could not install cuBLAS"
+      rm -f "$req"
       local h l
-      h="$(find "$extra.tmp/wheel" -name cublas_v2.h | head -1)"; [ -n "$h" ] || die "step 'cuda' failed: $pkg has no cublas_v2.h"
+      h="$(find "$extra.tmp/wheel" -name cublas_v2.h | head -1)"; [ -n "$h" ] || die "step 'cuda' failed: no cublas_v2.h in the cuBLAS wheel"
       for l in "$(dirname "$h")"/*; do ln -s "${l/$extra.tmp/$extra}" "$extra.tmp/include/"; done
       for l in $(find "$extra.tmp/wheel" -name 'libcublas*.so.*'); do
         ln -s "${l/$extra.tmp/$extra}" "$extra.tmp/lib/$(basename "$l")"
@@ -114,32 +244,73 @@ cuda_support_flags() {
       done
       rm -rf "$extra"; mv "$extra.tmp" "$extra"
     fi
-    flags="-DCMAKE_CUDA_FLAGS=-I$extra/include -DCMAKE_CXX_FLAGS=-I$extra/include"
+    flags="$flags -DCMAKE_CUDA_FLAGS=-I$extra/include -DCMAKE_CXX_FLAGS=-I$extra/include"
   fi
-  if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' && [ ! -e "$root/lib64/stubs/libcuda.so" ]; then
-    if [ ! -f "$extra/lib/libcuda.so" ]; then
-      step "cuda: making a link-only libcuda stub (no NVIDIA driver on this machine)"
-      mkdir -p "$extra/lib"
+  local linkdirs=""
+  [ -f "$inc/cublas_v2.h" ] || linkdirs="$extra/lib"
+  if [ ! -e "$root/lib64/stubs/libcuda.so" ] && [ ! -e "$root/lib/stubs/libcuda.so" ] \
+     && ! ldconfig -p 2>/dev/null | grep 'libcuda\.so ' >/dev/null; then
+    # nothing to link libcuda against: the driver ships libcuda.so.1 only, and the wheels have no stubs/
+    if [ ! -f "$extra/stub/libcuda.so" ]; then
+      step "cuda: making a link-only libcuda stub (nothing to link libcuda against here)"
+      mkdir -p "$extra/stub"
       echo '#include <cuda.h>' | cc -E -P -I"$inc" -x c - | grep -oE '\bcu[A-Za-z0-9_]+ *\(' | tr -d ' (' \
-        | sort -u | awk '{ print "int " $1 "(void) { return 34; }" }' >"$extra/libcuda_stub.c"
-      cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$extra/lib/libcuda.so" "$extra/libcuda_stub.c" \
+        | sort -u | awk '{ print "int " $1 "(void) { return 34; }" }' >"$extra/stub/libcuda_stub.c"
+      cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$extra/stub/libcuda.so" "$extra/stub/libcuda_stub.c" \
         || die "step 'cuda' failed: could not build the libcuda stub"
     fi
+    linkdirs="${linkdirs:+$linkdirs;}$extra/stub"
   fi
-  [ -d "$extra/lib" ] && flags="$flags -DCMAKE_LIBRARY_PATH=$extra/lib"
+  [ -z "$linkdirs" ] || flags="$flags -DCMAKE_LIBRARY_PATH=$linkdirs"
   echo "$flags"
 }
 
-# The GPU generations to compile for: Volta (70) to Blackwell (120), less those this nvcc no longer knows
-# (CUDA 13 dropped everything before Turing, 75). CMAKE_CUDA_ARCHITECTURES overrides, e.g. "90" for H100 only.
+# What the cuda runner needs on its library path at run time (libcudart, cuBLAS): the toolkit's lib and, for a
+# toolkit without cuBLAS, cuda-extra/lib. Only existing directories; ':'-separated.
+cuda_library_path() {
+  ensure_cuda_toolkit
+  local dirs d out=""
+  dirs="$(cuda_lib_dir)"
+  [ -f "$CUDA_ROOT/include/cublas_v2.h" ] || dirs="$dirs:$CACHE/cuda-extra/lib"
+  local IFS=:
+  for d in $dirs; do [ -d "$d" ] && out="$out:$(cd "$d" && pwd)"; done
+  echo "${out#:}"
+}
+
+# The GPU generations to compile for. By default this machine's GPUs (nvidia-smi's compute capability): a
+# from-source build is for the machine it runs on, and each architecture costs as much compile time again.
+# OLLAMA_PY_CUDA_ARCHITECTURES (or CMAKE_CUDA_ARCHITECTURES) overrides: a CMake list ("86;90", "native"), or
+# "all" for packagers: Volta (70) to Blackwell (120), less those this nvcc no longer knows (CUDA 13 dropped
+# everything before Turing, 75). Without a GPU (a packager's machine) it is "all" too.
 cuda_archs() {
-  if [ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]; then echo "$CMAKE_CUDA_ARCHITECTURES"; return; fi
+  local want="${OLLAMA_PY_CUDA_ARCHITECTURES:-${CMAKE_CUDA_ARCHITECTURES:-}}" own
+  if [ -n "$want" ] && [ "$want" != all ]; then echo "$want"; return; fi
+  if [ -z "$want" ]; then
+    own="$(gpu_archs)"
+    if [ -n "$own" ]; then echo "$own"; return; fi
+  fi
   local have out="" a
   have=" $(nvcc --list-gpu-arch 2>/dev/null | sed -n 's/^compute_//p' | tr '\n' ' ') "
   for a in 70 75 80 86 89 90 100 120; do
     case "$have" in *" $a "*) out="$out;$a" ;; esac
   done
   echo "${out#;}" | grep . || echo "70;75;80;86;89;90"  # an nvcc that cannot list: CUDA 12's set
+}
+
+# One line on what the cuda variant is compiled for, and why.
+cuda_archs_note() {
+  local archs="$1" sm own
+  sm="$(printf '%s' "$archs" | tr ';' '\n' | sed 's/^/sm_/' | paste -s -d ' ' -)"
+  own="$(gpu_archs)"
+  if [ -n "${OLLAMA_PY_CUDA_ARCHITECTURES:-${CMAKE_CUDA_ARCHITECTURES:-}}" ]; then
+    echo "$sm (OLLAMA_PY_CUDA_ARCHITECTURES / CMAKE_CUDA_ARCHITECTURES)"
+  elif [ -n "$own" ] && [ "$own" = "$archs" ]; then
+    echo "$sm only: this machine's GPU(s), compute capability $(nvidia-smi --query-gpu=compute_cap \
+--format=csv,noheader 2>/dev/null | tr -d ' \r' | sort -u | paste -s -d ',' -) (OLLAMA_PY_CUDA_ARCHITECTURES=all \
+builds every architecture)"
+  else
+    echo "$sm (no NVIDIA GPU here)"
+  fi
 }
 
 variant_flags() {
@@ -205,7 +376,9 @@ build_variant() {
   out="$RUNNERS/$variant"
   if [ -f "$out/build-info.json" ] && grep -q "\"key\": \"$key\"" "$out/build-info.json" \
      && [ -x "$out/llama-server" ]; then
-    step "$variant: up to date ($out)"; return
+    step "$variant: up to date ($out)"
+    if [ "$variant" = cuda ]; then write_library_path "$out/build-info.json" "$(cuda_library_path)"; fi
+    return
   fi
   bdir="$CACHE/build/$variant-$key"
   local launcher=""
@@ -216,6 +389,7 @@ build_variant() {
     local extra=""
     if [ "$variant" = cuda ]; then
       extra="$(cuda_support_flags)"
+      step "cuda: compiling for $(cuda_archs_note "$(cuda_archs)")"
     fi
     if [ "$variant" = vulkan ]; then
       vulkan_buildable || die "variant vulkan needs glslc and the Vulkan loader's development files \
@@ -251,8 +425,29 @@ json.dump({"variant": variant, "key": key, "cmake_flags": flags.split(), "source
            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
           open(path, "w"), indent=1)
 PY
+  if [ "$variant" = cuda ]; then
+    local libs; libs="$(cuda_library_path)"
+    write_library_path "$tmp/build-info.json" "$libs"
+    local missing
+    missing="$(LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$tmp/llama-server" 2>/dev/null \
+      | sed -n 's/^[[:space:]]*\([^ ]*\) => not found.*/\1/p' | grep -v '^libcuda\.so' | paste -s -d ' ' - || true)"
+    [ -z "$missing" ] || die "step 'install' of cuda failed: llama-server cannot find $missing (library path: $libs)"
+    step "cuda: llama-server finds libcudart and cuBLAS in $libs (build-info.json \"library_path\", put on \
+LD_LIBRARY_PATH by ollama-py)"
+  fi
   rm -rf "$out"; mv "$tmp" "$out"
   step "$variant: done ($(cd "$out" && ls | tr '\n' ' '))"
+}
+
+# build-info.json's "library_path": the directories ollama-py prepends to LD_LIBRARY_PATH for this runner.
+write_library_path() {
+  python3 - "$1" "$2" <<'PY2'
+import json, sys
+path, dirs = sys.argv[1], [d for d in sys.argv[2].split(":") if d]
+info = json.load(open(path))
+info["library_path"] = dirs
+json.dump(info, open(path, "w"), indent=1)
+PY2
 }
 
 # The Hugging Face -> GGUF converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py, their conversion/ package
@@ -278,30 +473,45 @@ install_converter() {
 }
 
 check_cuda() {
-  need nvcc check-cuda "a CUDA toolkit (nvcc) is needed"
+  ensure_cuda_toolkit
   fetch_source
-  local arch="${CMAKE_CUDA_ARCHITECTURES:-90}" flags key bdir
-  flags="$(CMAKE_CUDA_ARCHITECTURES=$arch variant_flags cuda | tr -s ' ')"
-  key="$(printf '%s\n%s\n' "$SRC_ID" "$flags" | (sha256sum 2>/dev/null || shasum -a 256) | cut -c1-16)"
+  # this machine's GPU architectures, else sm_90 (one architecture keeps the check to seconds)
+  local arch="${OLLAMA_PY_CUDA_ARCHITECTURES:-${CMAKE_CUDA_ARCHITECTURES:-}}" flags key bdir
+  [ -n "$arch" ] && [ "$arch" != all ] || arch="$(gpu_archs)"
+  [ -n "$arch" ] || arch=90
+  flags="$(OLLAMA_PY_CUDA_ARCHITECTURES=$arch variant_flags cuda | tr -s ' ')"
+  key="$(printf '%s\n%s\n%s\n' "$SRC_ID" "$flags" "$CUDA_ROOT" | (sha256sum 2>/dev/null || shasum -a 256) | cut -c1-16)"
   bdir="$CACHE/build/cuda-check-$key"
   local obj=ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.o
-  if [ -f "$bdir/$obj" ]; then step "cuda: compiles (cached: $bdir/$obj)"; return; fi
-  local extra; extra="$(cuda_support_flags)"
-  step "cuda: configure for sm_$arch ($bdir)"
-  # shellcheck disable=SC2086
-  cmake -S "$SRC" -B "$bdir" -G Ninja $flags $extra >"$bdir.configure.log" 2>&1 \
-    || { tail -30 "$bdir.configure.log" >&2; die "step 'check-cuda' failed: configure (log: $bdir.configure.log)"; }
-  step "cuda: compile the CUDA backend object (ggml-cuda.cu, sm_$arch)"
-  ninja -C "$bdir" "$obj" >"$bdir.build.log" 2>&1 \
-    || { tail -30 "$bdir.build.log" >&2; die "step 'check-cuda' failed: compile (log: $bdir.build.log)"; }
-  step "cuda: compiles ($bdir/$obj, $(du -k "$bdir/$obj" | cut -f1) KB)"
+  if [ ! -f "$bdir/$obj" ]; then
+    local extra; extra="$(cuda_support_flags)"
+    step "cuda: configure for $(cuda_archs_note "$arch") ($bdir)"
+    # shellcheck disable=SC2086
+    cmake -S "$SRC" -B "$bdir" -G Ninja $flags $extra >"$bdir.configure.log" 2>&1 \
+      || { tail -30 "$bdir.configure.log" >&2; die "step 'check-cuda' failed: configure (log: $bdir.configure.log)"; }
+    step "cuda: compile the CUDA backend object (ggml-cuda.cu) with $CUDA_ROOT/bin/nvcc"
+    ninja -C "$bdir" "$obj" >"$bdir.build.log" 2>&1 \
+      || { tail -30 "$bdir.build.log" >&2; die "step 'check-cuda' failed: compile (log: $bdir.build.log)"; }
+  fi
+  # the architectures nvcc really compiled for, read from its command line
+  local built
+  built="$(ninja -C "$bdir" -t commands "$obj" | tail -1 | grep -oE 'sm_[0-9]+[a-z]?' | sort -u | paste -s -d ' ' -)"
+  step "cuda: compiles for $built only ($bdir/$obj, $(du -k "$bdir/$obj" | cut -f1) KB, nvcc $CUDA_ROOT/bin/nvcc)"
 }
 
 main() {
   if [ "${1:-}" = --check-cuda ]; then check_cuda; return; fi
   local variants=("$@")
+  if [ "${1:-}" = --this-host ]; then
+    variants=("$(this_host_variant)")
+    step "this host runs the ${variants[0]} variant: building it first (every other variant: make runners)"
+  fi
   [ ${#variants[@]} -gt 0 ] || read -r -a variants <<<"$(host_variants)"
-  for v in "${variants[@]}"; do variant_flags "$v" >/dev/null; done
+  local v
+  for v in "${variants[@]}"; do
+    if [ "$v" = cuda ]; then ensure_cuda_toolkit; fi  # nvcc on PATH before its architectures are listed
+    variant_flags "$v" >/dev/null
+  done
   fetch_source
   mkdir -p "$RUNNERS" "$CACHE/build"
   for v in "${variants[@]}"; do build_variant "$v"; done
