@@ -14,6 +14,8 @@ drawn, with the module it lives in where that is not this one (they subclass fro
     │   └── ModelNotFound(name)               404  model 'x' not found
     ├── RequestCanceled                       499  request canceled
     ├── ServerBusy                            503  server busy, please try again.  maximum pending requests exceeded
+    │                                              (429 on /v1; Retry-After on both: server/errors.py)
+    ├── InsufficientMemory                    500  model requires more system memory (X) than is available (Y)
     ├── ConfigError(path, line, msg)          500  "path:line: msg" (the config file; the CLI prints it)
     ├── StoreLocked           store/lock.py   500  another serve holds this model store
     ├── InvalidManifest       store/manifests.py  500  a manifest file we cannot read (the store is wrong)
@@ -117,6 +119,10 @@ class ConfigError(OllamaError):
         self.path = path
         self.line = line
         self.reason = message
+
+
+class InsufficientMemory(OllamaError):
+    """A model that does not fit even with every other runner unloaded (Ollama's wording and status)."""
 
 
 class RunnerError(OllamaError):

@@ -239,8 +239,10 @@ class Client:
 
     def version(self, timeout: float | None = None) -> str:
         t = (timeout, timeout) if timeout is not None else None
+        """The server's own version: ollama-py's "ollama_py" field, else (an Ollama server) its "version"."""
         response = self._send("GET", "/api/version", timeout=t)
-        return str(response.json().get("version", ""))
+        body = response.json()
+        return str(body.get("ollama_py") or body.get("version", ""))
 
     # -- inference -------------------------------------------------------------------------------------------
 

@@ -1,8 +1,13 @@
 """One table from exceptions to HTTP: every handler raises, this middleware answers.
 
 Native routes answer Ollama's {"error": "..."}; /v1 routes answer OpenAI's envelope
-{"error": {"message", "type", "param", "code"}} (Anthropic's for /v1/messages).
+{"error": {"message", "type", "param", "code"}}, and /v1/messages Anthropic's
+{"type": "error", "error": {"type", "message"}}, with the error types those protocols name for each status.
 Once a stream has started, handlers write a final error line themselves (see server/streaming.py).
+
+A full queue (ServerBusy) carries Retry-After on every route, so clients wait and retry: native routes keep
+Ollama's 503; /v1 routes answer 429, the status the OpenAI and Anthropic SDKs (and the agents built on them)
+retry after the Retry-After delay, as llama-swap answers it (Anthropic's type: rate_limit_error).
 """
 
 from __future__ import annotations
@@ -14,13 +19,17 @@ import re
 
 from aiohttp import web
 
-from ollama_py.errors import OllamaError
+from ollama_py.errors import OllamaError, ServerBusy
 
 log = logging.getLogger(__name__)
 
-_OPENAI_TYPES = {400: "invalid_request_error", 404: "not_found_error"}
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                    503: "overloaded_error"}
+_OPENAI_TYPES = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error"}
+_OPENAI_CODES = {429: "rate_limit_exceeded"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error", 529: "overloaded_error"}
+
+RETRY_AFTER_S = 1  # a queue frees a place as soon as one request ends: ask for a prompt retry
 
 
 def error_body(path: str, status: int, message: str) -> dict:
@@ -28,8 +37,15 @@ def error_body(path: str, status: int, message: str) -> dict:
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     if path.startswith("/v1/"):
         return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
-                          "param": None, "code": None}}
+                          "param": None, "code": _OPENAI_CODES.get(status)}}
     return {"error": message}
+
+
+def busy_response(request: web.Request, e: ServerBusy) -> web.Response:
+    """A full queue: 429 on /v1 (what the OpenAI and Anthropic clients retry), Ollama's 503 on the native API;
+    Retry-After on both."""
+    status = 429 if request.path.startswith("/v1/") else e.status
+    return error_response(request, status, str(e), headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -53,10 +69,11 @@ def describe(exc: Exception) -> tuple[int, str]:
     return 500, str(exc) or type(exc).__name__
 
 
-def error_response(request: web.Request, status: int, message: str) -> web.Response:
+def error_response(request: web.Request, status: int, message: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
     if status >= 500:
         message = scrub_paths(message)
-    return web.json_response(error_body(request.path, status, message), status=status,
+    return web.json_response(error_body(request.path, status, message), status=status, headers=headers,
                              dumps=lambda o: json.dumps(o, ensure_ascii=False))
 
 
@@ -72,6 +89,9 @@ async def error_middleware(request: web.Request, handler):
         return not_found(request)  # no route: an unknown path or an unsupported method
     try:
         return await handler(request)
+    except ServerBusy as e:
+        log.warning("%s %s -> busy: %s", request.method, request.path, e)
+        return busy_response(request, e)
     except OllamaError as e:
         if e.status >= 500:
             log.warning("%s %s -> %d: %s", request.method, request.path, e.status, e)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
 
-from ollama_py import __version__
+from ollama_py import OLLAMA_API_VERSION, __version__
 from ollama_py.api.wire import (
     ChatResponse,
     EmbedResponse,
@@ -48,7 +48,9 @@ async def root(request: web.Request) -> web.Response:
 
 @routes.get("/api/version")
 async def version(request: web.Request) -> web.Response:
-    return web.json_response({"version": __version__})
+    """The Ollama API version implemented (clients compare it with the release that added what they use) and,
+    beside it, ollama-py's own."""
+    return web.json_response({"version": OLLAMA_API_VERSION, "ollama_py": __version__})
 
 
 def _metrics(final: Final) -> Metrics:
@@ -391,6 +393,7 @@ def ps_entry(loaded: Loaded) -> ProcessModelResponse:
         "size_vram": _or(loaded.actual_vram, loaded.plan.size_vram),
         "context_length": loaded.plan.context_length,
         "state": loaded.state, "queued": queued, "active": active,
+        "cache_ram": loaded.plan.cache_ram,  # ours: the host prompt cache's cap, part of size
     }
     if loaded.devices:  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...
         entry["devices"] = loaded.devices

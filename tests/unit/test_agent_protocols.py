@@ -1,0 +1,85 @@
+"""What coding agents (Claude Code on /v1/messages, Codex on /v1/responses and --oss) see of the protocol
+around their requests (issue 37): the version they gate features on, and errors in their own envelope --
+including a full queue, which they must retry rather than give up on. Fake runner."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ollama_py import OLLAMA_API_VERSION, __version__
+from ollama_py.server.appkeys import SCHEDULER
+
+ASK_ANTHROPIC = {"model": "tiny", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+ASK_RESPONSES = {"model": "tiny", "input": "hi"}
+ASK_CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_version_is_the_ollama_api_implemented_and_ours_beside_it(fake_app, aiohttp_client):
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    body = await (await client.get("/api/version")).json()
+    assert body == {"version": OLLAMA_API_VERSION, "ollama_py": __version__}
+    # Codex --oss needs Ollama >= 0.13.4 for /v1/responses (semver, as its check parses it)
+    assert tuple(int(p) for p in body["version"].split(".")) >= (0, 13, 4)
+
+
+async def test_errors_come_in_each_protocols_envelope(fake_app, aiohttp_client):
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    missing = await client.post("/v1/messages", json={**ASK_ANTHROPIC, "model": "nope"})
+    assert missing.status == 404
+    body = await missing.json()
+    assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
+    assert "nope" in body["error"]["message"]
+    bad = await client.post("/v1/messages", json={**ASK_ANTHROPIC, "thinking": {"type": "sometimes"}})
+    assert bad.status == 400 and (await bad.json())["error"]["type"] == "invalid_request_error"
+    for path, ask in (("/v1/responses", ASK_RESPONSES), ("/v1/chat/completions", ASK_CHAT)):
+        r = await client.post(path, json={**ask, "model": "nope"})
+        assert r.status == 404
+        err = (await r.json())["error"]
+        assert err["type"] == "not_found_error" and set(err) == {"message", "type", "param", "code"}
+
+
+async def test_a_runner_that_fails_to_load_is_an_api_error_in_anthropics_envelope(fake_app, aiohttp_client):
+    _, app = fake_app({"FAKE_LOAD_FAIL": "out of luck"})
+    client = await aiohttp_client(app)
+    r = await client.post("/v1/messages", json=ASK_ANTHROPIC)
+    assert r.status == 500
+    body = await r.json()
+    assert body["type"] == "error" and body["error"]["type"] == "api_error" and body["error"]["message"]
+
+
+async def test_a_full_queue_asks_every_client_to_retry(fake_app, aiohttp_client):
+    """One slot busy, one request waiting (OLLAMA_MAX_QUEUE=1): the next is refused on every route family
+    with Retry-After; /v1 says 429, which the OpenAI and Anthropic SDKs retry, the native API Ollama's 503."""
+    _, app = fake_app({"FAKE_TOKEN_DELAY": "0.05", "FAKE_TOKENS": "400"}, max_queue=1, num_parallel=1)
+    client = await aiohttp_client(app)
+    running = await client.post("/api/generate", json={"model": "tiny", "prompt": "a long answer"})
+    assert running.status == 200 and await running.content.readline()  # holds the one slot
+    waiting = asyncio.create_task(client.post("/api/generate", json={"model": "tiny", "prompt": "x", "stream": False,
+                                                                     "options": {"num_predict": 1}}))
+    scheduler = app[SCHEDULER]
+    for _ in range(400):
+        if scheduler.pending == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert scheduler.pending == 1
+
+    async def refused(path: str, ask: dict[str, Any]) -> tuple[int, str | None, Any]:
+        r = await client.post(path, json=ask)
+        return r.status, r.headers.get("Retry-After"), await r.json()
+
+    status, retry, body = await refused("/v1/messages", ASK_ANTHROPIC)
+    assert (status, retry, body["type"], body["error"]["type"]) == (429, "1", "error", "rate_limit_error")
+    status, retry, body = await refused("/v1/messages", {**ASK_ANTHROPIC, "stream": True})
+    assert (status, retry, body["error"]["type"]) == (429, "1", "rate_limit_error")
+    for path, ask in (("/v1/responses", ASK_RESPONSES), ("/v1/chat/completions", {**ASK_CHAT, "stream": True})):
+        status, retry, body = await refused(path, ask)
+        assert (status, retry, body["error"]["type"], body["error"]["code"]) == (
+            429, "1", "rate_limit_error", "rate_limit_exceeded")
+    status, retry, body = await refused("/api/chat", {**ASK_CHAT, "stream": False})
+    assert (status, retry) == (503, "1")
+    assert body == {"error": "server busy, please try again.  maximum pending requests exceeded"}
+    running.close()
+    assert (await waiting).status == 200
