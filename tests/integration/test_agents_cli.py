@@ -1,0 +1,195 @@
+"""The real coding agents against `serve` (issue 37): Claude Code (`claude -p`, Anthropic's /v1/messages) and
+OpenAI's Codex CLI (`codex exec` with a provider on /v1, wire_api "responses", and `codex exec --oss`, which asks
+/api/version, /api/tags and then /v1/responses), each installed from npm at a pinned version by
+scripts/fetch_agents.sh. The model is the fake llama-server scripted to answer: a plain turn, and a tool round trip
+(the model calls the agent's own file-reading tool, the agent runs it and sends the result back, the model answers
+from it). Telemetry, auto-update and analytics off; each agent gets a HOME of its own.
+
+Skipped only where npm or its registry is not reachable (fetch_agents.sh exits 2 then).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import start_fake_serve
+from tests.helpers.serve import stop_serve
+
+# A GGUF chat template that mentions tools gives the model the "tools" capability.
+TOOLS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
+HELLO = "Hello from ollama-py."
+SECRET = "ZEBRA-7731"  # what note.txt holds: in a prompt only once the agent's tool has read the file
+ANSWER = f"The note says {SECRET}."
+AGENT_SECONDS = 240  # a guard against a hung agent, not a timing assertion
+
+
+def tool_call(name: str, arguments: dict[str, Any]) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def agents_bin() -> Path:
+    """node_modules/.bin holding `claude` and `codex`, installed by scripts/fetch_agents.sh (once, cached)."""
+    done = subprocess.run([str(ROOT / "scripts" / "fetch_agents.sh")], capture_output=True, text=True, timeout=900)
+    if done.returncode == 2:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr
+    cache = Path(os.environ.get("OLLAMA_PY_CACHE") or Path.home() / ".cache" / "ollama-py")
+    return cache / "agents" / "node_modules" / ".bin"
+
+
+@pytest.fixture(scope="module")
+def tools_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", chat_template=TOOLS_TEMPLATE, ctx=32768)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """The agent's project directory, with the note its tool reads."""
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "note.txt").write_text(SECRET + "\n")
+    return work
+
+
+@pytest.fixture
+def serve(tmp_path: Path, tools_gguf: Path) -> Iterator[Callable[..., str]]:
+    """Start `serve` over the fake runner with the tiny model as "tiny", the model saying `reply` -- or, once
+    SECRET is in its prompt, ANSWER; gives its URL. The prompts the runner got are in tmp/runner_requests.jsonl."""
+    procs = []
+
+    def start(reply: str) -> str:
+        env = {"OLLAMA_CONTEXT_LENGTH": "32768", "FAKE_REPLY": reply,
+               "FAKE_REPLY_WHEN": json.dumps([[SECRET, ANSWER]]),
+               "FAKE_LOG_FILE": str(tmp_path / "runner_requests.jsonl")}
+        proc, url = start_fake_serve(tmp_path / "serve", tools_gguf, env)
+        procs.append(proc)
+        return url
+
+    (tmp_path / "serve").mkdir()
+    yield start
+    for proc in procs:
+        stop_serve(proc)
+
+
+def runner_prompts(tmp_path: Path) -> list[str]:
+    """The prompt of each generation request the runner got, in order."""
+    lines = (tmp_path / "runner_requests.jsonl").read_text().splitlines()
+    return [json.dumps(body["prompt"]) for body in map(json.loads, lines) if "prompt" in body]
+
+
+def agent_env(tmp_path: Path, agents_bin: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: a HOME of its own, no inherited API keys or endpoints, nothing phoned home."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_", "OLLAMA_"))}
+    return {**keep, "HOME": str(home), "PATH": f"{agents_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **extra}
+
+
+def run_agent(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=AGENT_SECONDS)
+    assert done.returncode == 0, f"{argv[0]} exited {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
+    return done
+
+
+# -- Claude Code ---------------------------------------------------------------------------------------------------
+
+def claude(url: str, tmp_path: Path, agents_bin: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`claude -p` as Ollama documents it: ANTHROPIC_BASE_URL at the server, a token it does not check."""
+    env = agent_env(tmp_path, agents_bin, ANTHROPIC_BASE_URL=url, ANTHROPIC_AUTH_TOKEN="ollama", ANTHROPIC_API_KEY="")
+    return run_agent([str(agents_bin / "claude"), "--model", "tiny", "-p", *args], workdir, env)
+
+
+def test_claude_code_answers_one_turn(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
+                                      workdir: Path) -> None:
+    done = claude(serve(HELLO), tmp_path, agents_bin, workdir, "say hi")
+    assert done.stdout.strip() == HELLO
+
+
+def test_claude_code_tool_round_trip(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
+                                     workdir: Path) -> None:
+    url = serve(tool_call("Read", {"file_path": str(workdir / "note.txt")}))
+    done = claude(url, tmp_path, agents_bin, workdir, "What does note.txt say?",
+                  "--output-format", "stream-json", "--verbose", "--include-partial-messages")
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    uses = [b for e in events if e["type"] == "assistant" for b in e["message"]["content"] if b["type"] == "tool_use"]
+    assert [(u["name"], u["input"]) for u in uses] == [("Read", {"file_path": str(workdir / "note.txt")})]
+    results = [b for e in events if e["type"] == "user" for b in e["message"]["content"]
+               if isinstance(b, dict) and b.get("type") == "tool_result"]
+    assert [r["tool_use_id"] for r in results] == [uses[0]["id"]] and SECRET in json.dumps(results[0]["content"])
+    # streamed: the answer reached Claude Code as text deltas, and it is the turn's result
+    deltas = [e["event"]["delta"].get("text", "") for e in events
+              if e["type"] == "stream_event" and e["event"]["type"] == "content_block_delta"]
+    assert "".join(deltas) == ANSWER
+    assert events[-1]["type"] == "result" and events[-1]["result"] == ANSWER and not events[-1]["is_error"]
+    prompts = runner_prompts(tmp_path)
+    assert SECRET not in prompts[0] and SECRET in prompts[-1]  # the tool's result went back to the model
+
+
+# -- Codex CLI -----------------------------------------------------------------------------------------------------
+
+CODEX_QUIET = 'check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n'
+
+
+def codex(tmp_path: Path, agents_bin: Path, workdir: Path, config: str, *args: str,
+          **env: str) -> subprocess.CompletedProcess[str]:
+    """`codex exec` with CODEX_HOME's config.toml = `config`. Its sandbox is off: the one command it runs is the
+    test's own script, and bubblewrap's needs are Codex's business, not the server's."""
+    home = tmp_path / "codex_home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(config)
+    return run_agent([str(agents_bin / "codex"), "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
+                      *args], workdir, agent_env(tmp_path, agents_bin, CODEX_HOME=str(home), **env))
+
+
+def provider_config(url: str) -> str:
+    """A custom provider on /v1 speaking the Responses API, as Ollama's docs configure Codex."""
+    return (f'model = "tiny"\nmodel_provider = "ollama-py"\n{CODEX_QUIET}\n'
+            f'[model_providers.ollama-py]\nname = "ollama-py"\nbase_url = "{url}/v1"\nwire_api = "responses"\n')
+
+
+def codex_items(stdout: str) -> list[dict[str, Any]]:
+    """The items of `codex exec --json`'s event lines, as they completed."""
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    assert events[-1]["type"] == "turn.completed", events[-1]
+    return [e["item"] for e in events if e["type"] == "item.completed"]
+
+
+def test_codex_answers_one_turn(serve: Callable[..., str], tmp_path: Path, agents_bin: Path, workdir: Path) -> None:
+    done = codex(tmp_path, agents_bin, workdir, provider_config(serve(HELLO)), "say hi")
+    assert done.stdout.strip() == HELLO
+
+
+def test_codex_tool_round_trip(serve: Callable[..., str], tmp_path: Path, agents_bin: Path, workdir: Path) -> None:
+    url = serve(tool_call("exec_command", {"cmd": "cat note.txt"}))
+    done = codex(tmp_path, agents_bin, workdir, provider_config(url), "--json", "What does note.txt say?")
+    items = codex_items(done.stdout)
+    [command] = [i for i in items if i["type"] == "command_execution"]
+    assert "cat note.txt" in command["command"] and command["exit_code"] == 0
+    assert command["aggregated_output"] == SECRET + "\n"
+    assert [i["text"] for i in items if i["type"] == "agent_message"] == [ANSWER]
+    prompts = runner_prompts(tmp_path)
+    assert SECRET not in prompts[0] and SECRET in prompts[-1]  # the command's output went back to the model
+
+
+def test_codex_oss_answers_one_turn(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
+                                    workdir: Path) -> None:
+    """`codex --oss` asks /api/version (it refuses an Ollama older than 0.13.4), looks for the model in /api/tags
+    (by exact name: "tiny:latest"), then talks to /v1/responses."""
+    url = serve(HELLO)
+    done = codex(tmp_path, agents_bin, workdir, f'oss_provider = "ollama"\n{CODEX_QUIET}', "--oss",
+                 "-m", "tiny:latest", "say hi", CODEX_OSS_BASE_URL=f"{url}/v1")
+    assert done.stdout.strip() == HELLO
