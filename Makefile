@@ -70,6 +70,8 @@ test-unit: $(VENV)/.installed $(VENV)/.installed-convert
 
 test-integration: test-prereqs install $(VENV)/.installed-convert
 	@PYTHON=$(PYTHON) scripts/fetch_models.sh --gemma
+	@# Claude Code and Codex CLI from npm (pinned) for tests/integration/test_agents_cli.py; 2 = no npm: they skip
+	@scripts/fetch_agents.sh || [ $$? -eq 2 ]
 	@# the CUDA build on a machine with nvcc but no GPU: its backend object compiles (cached after the first time)
 	@if command -v nvcc >/dev/null 2>&1; then scripts/build_runners.sh --check-cuda; fi
 	OLLAMA_PY_TEST_RUNNER=$(CURDIR)/runners/cpu_avx2/llama-server \

@@ -6,7 +6,8 @@
 #   build  what `make run` needs: a C++ compiler, CMake, Python's venv (+ ccache to make rebuilds fast)
 #   test   build's packages + what the tests start: Debian's docker-registry and htpasswd (push/pull tests),
 #          chromium (the web console's browser tests, driven by Playwright),
-#          the Vulkan build tools and Mesa's software Vulkan device (GPU offload tests)
+#          the Vulkan build tools and Mesa's software Vulkan device (GPU offload tests),
+#          Node.js and npm (scripts/fetch_agents.sh installs Claude Code and Codex CLI for the coding-agent tests)
 #
 # Debian/Ubuntu only (apt-get); elsewhere it checks and names what is missing. Prints nothing when all is there.
 set -euo pipefail
@@ -29,6 +30,8 @@ if [ "$purpose" = test ]; then
   have glslc || want+=(glslc)
   [ -d /usr/include/spirv ] || want+=(spirv-headers)
   ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || want+=(mesa-vulkan-drivers)
+  have node || want+=(nodejs)  # the coding agents' npm packages (Codex CLI's launcher is a node script)
+  have npm || want+=(npm)
 fi
 [ ${#want[@]} -eq 0 ] && exit 0
 
