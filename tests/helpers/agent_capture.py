@@ -2,6 +2,7 @@
 client to finish one turn. Used once to record Claude Code's and Codex's real first requests (tests/data/agents/).
 
     python -m tests.helpers.agent_capture --port N --out requests.json [--ollama-version 0.13.5]
+        [--tool-call '{"name": "Read", "arguments": {"file_path": "/abs/note.txt"}}']
 
 Every request is kept as {"method", "path", "query", "headers", "body"} (secrets -- Authorization, X-Api-Key,
 cookies -- replaced by "<redacted>"; body parsed as JSON when it is JSON) and the list is written to --out after
@@ -14,6 +15,8 @@ each request. The answers:
   GET  /api/version                     {"version": --ollama-version}
   POST /api/show, /api/pull             minimal answers in Ollama's shape
 anything else                           404 {"error": "not found"} (recorded all the same)
+With --tool-call, a /v1/messages or /v1/responses request that carries no tool result yet is answered with that tool
+call (Anthropic tool_use, Responses function_call) instead, so the client runs the tool and sends its result back.
 """
 
 from __future__ import annotations
@@ -32,6 +35,18 @@ REPLY = "hi"
 RECORDS: web.AppKey[list[dict[str, Any]]] = web.AppKey("records", list)
 OUT: web.AppKey[Path | None] = web.AppKey("out", Path)
 VERSION: web.AppKey[str] = web.AppKey("version", str)
+TOOL_CALL: web.AppKey[dict[str, Any] | None] = web.AppKey("tool_call", dict)
+
+
+def _has_tool_result(body: Any) -> bool:
+    """Whether a request already carries a tool's result (Anthropic tool_result, Responses function_call_output)."""
+    if not isinstance(body, dict):
+        return False
+    blocks = [b for m in body.get("messages") or [] if isinstance(m.get("content"), list) for b in m["content"]]
+    raw = body.get("input")
+    items: list[Any] = raw if isinstance(raw, list) else []
+    return any(isinstance(x, dict) and x.get("type") in ("tool_result", "function_call_output")
+               for x in [*blocks, *items])
 
 
 def _sse(event: str | None, data: dict[str, Any]) -> bytes:
@@ -53,6 +68,23 @@ async def anthropic_messages(request: web.Request, body: Any) -> web.StreamRespo
     message: dict[str, Any] = {"id": "msg_capture", "type": "message", "role": "assistant", "model": model,
                                "content": [], "stop_reason": None, "stop_sequence": None,
                                "usage": {"input_tokens": 10, "output_tokens": 0}}
+    call = request.app[TOOL_CALL]
+    if call is not None and not _has_tool_result(body):
+        block = {"type": "tool_use", "id": "toolu_capture", "name": call["name"], "input": call["arguments"]}
+        if not (isinstance(body, dict) and body.get("stream")):
+            return web.json_response({**message, "content": [block], "stop_reason": "tool_use"})
+        return await _stream(request, [
+            _sse("message_start", {"type": "message_start", "message": message}),
+            _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {**block, "input": {}}}),
+            _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                "type": "input_json_delta", "partial_json": json.dumps(call["arguments"])}}),
+            _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use",
+                                                                      "stop_sequence": None},
+                                   "usage": {"output_tokens": 1}}),
+            _sse("message_stop", {"type": "message_stop"}),
+        ])
     if not (isinstance(body, dict) and body.get("stream")):
         return web.json_response({**message, "content": [{"type": "text", "text": REPLY}], "stop_reason": "end_turn",
                                   "usage": {"input_tokens": 10, "output_tokens": 1}})
@@ -72,7 +104,11 @@ async def anthropic_messages(request: web.Request, body: Any) -> web.StreamRespo
 async def openai_responses(request: web.Request, body: Any) -> web.StreamResponse:
     model = body.get("model", MODEL) if isinstance(body, dict) else MODEL
     item: dict[str, Any] = {"type": "message", "id": "msg_capture", "status": "completed", "role": "assistant",
-            "content": [{"type": "output_text", "text": REPLY, "annotations": []}]}
+                            "content": [{"type": "output_text", "text": REPLY, "annotations": []}]}
+    call = request.app[TOOL_CALL]
+    if call is not None and not _has_tool_result(body):
+        item = {"type": "function_call", "id": "fc_capture", "status": "completed", "call_id": "call_capture",
+                "name": call["name"], "arguments": json.dumps(call["arguments"])}
     response: dict[str, Any] = {"id": "resp_capture", "object": "response", "created_at": int(time.time()),
                                 "model": model, "status": "in_progress", "output": []}
     done = {**response, "status": "completed", "output": [item],
@@ -80,15 +116,22 @@ async def openai_responses(request: web.Request, body: Any) -> web.StreamRespons
                       "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
     if not (isinstance(body, dict) and body.get("stream")):
         return web.json_response(done)
+    where = {"output_index": 0, "item_id": item["id"]}
+    middle: list[tuple[str, dict[str, Any]]] = [
+        ("response.content_part.added", {**where, "content_index": 0,
+                                         "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ("response.output_text.delta", {**where, "content_index": 0, "delta": REPLY}),
+        ("response.output_text.done", {**where, "content_index": 0, "text": REPLY}),
+    ]
+    added = {**item, "status": "in_progress", "content": []}
+    if item["type"] == "function_call":
+        added = {**item, "status": "in_progress", "arguments": ""}
+        middle = [("response.function_call_arguments.delta", {**where, "delta": item["arguments"]}),
+                  ("response.function_call_arguments.done", {**where, "arguments": item["arguments"]})]
     events: list[tuple[str, dict[str, Any]]] = [
         ("response.created", {"response": response}),
-        ("response.output_item.added", {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}}),
-        ("response.content_part.added", {"output_index": 0, "item_id": "msg_capture", "content_index": 0,
-                                         "part": {"type": "output_text", "text": "", "annotations": []}}),
-        ("response.output_text.delta", {"output_index": 0, "item_id": "msg_capture", "content_index": 0,
-                                        "delta": REPLY}),
-        ("response.output_text.done", {"output_index": 0, "item_id": "msg_capture", "content_index": 0,
-                                       "text": REPLY}),
+        ("response.output_item.added", {"output_index": 0, "item": added}),
+        *middle,
         ("response.output_item.done", {"output_index": 0, "item": item}),
         ("response.completed", {"response": done}),
     ]
@@ -169,11 +212,13 @@ async def _unreached(request: web.Request) -> web.Response:
     return web.Response(status=500)  # the middleware answers every request
 
 
-def create_capture_app(out: Path | None = None, ollama_version: str = "0.13.5") -> web.Application:
+def create_capture_app(out: Path | None = None, ollama_version: str = "0.13.5",
+                       tool_call: dict[str, Any] | None = None) -> web.Application:
     app = web.Application(middlewares=[record], client_max_size=64 << 20)
     app[RECORDS] = []
     app[OUT] = out
     app[VERSION] = ollama_version
+    app[TOOL_CALL] = tool_call
     app.router.add_route("*", "/{tail:.*}", _unreached)
     return app
 
@@ -183,8 +228,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ollama-version", default="0.13.5")
+    parser.add_argument("--tool-call", type=json.loads, help='{"name": ..., "arguments": {...}}')
     args = parser.parse_args()
-    web.run_app(create_capture_app(args.out, args.ollama_version), host="127.0.0.1", port=args.port,
+    web.run_app(create_capture_app(args.out, args.ollama_version, args.tool_call), host="127.0.0.1", port=args.port,
                 print=lambda *_: None)
 
 
