@@ -74,6 +74,7 @@ _RANK = {
 _WEIGHTS = (MEDIA_MODEL, MEDIA_ADAPTER, MEDIA_PROJECTOR, MEDIA_DRAFT)
 _QUANTIZABLE = (0, 1, 32)  # F32, F16, BF16
 _PROGRESS_DIGEST = "0000000000000000000"  # Ollama's placeholder: quantizing has no layer digest yet
+_MISSING_NAMED = 10  # an incomplete split's error names this many missing shards, then counts the rest
 _CONFIG_KEYS = ("model_format", "model_family", "model_families", "model_type", "file_type", "renderer",
                 "parser", "requires", "remote_host", "remote_model", "capabilities", "context_length",
                 "embedding_length", "base_name")
@@ -304,7 +305,10 @@ def _shards_in_order(models: list[_Weights]) -> list[_Weights]:
     have = sorted(no for (no, _), _m in shards)
     if have != list(range(count)) or any(c != count for (_, c), _m in shards):
         missing = sorted(set(range(count)) - set(have))
-        detail = f"missing {', '.join(str(i + 1) for i in missing)} of {count}" if missing else "shards of two models"
+        named = ", ".join(str(i + 1) for i in missing[:_MISSING_NAMED])
+        if len(missing) > _MISSING_NAMED:  # one short line, however many shards the header claims
+            named += f" and {len(missing) - _MISSING_NAMED} more"
+        detail = f"missing {named} of {count}" if missing else "shards of two models"
         raise BadRequest(f"incomplete split GGUF model: {detail}")
     ordered = [m for _split, m in sorted(shards, key=lambda pair: pair[0][0])]
     ordered[0].info = ordered[0].info.with_shards([m.info for m in ordered[1:]])

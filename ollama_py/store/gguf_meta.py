@@ -12,7 +12,8 @@ A header is untrusted input (a 120-byte upload can claim 2e7 layers or a 5,000-d
 built from a count before it is checked: every count and length must fit in the bytes that remain (each
 entry takes at least its fixed-size part), arrays nest at most _MAX_DEPTH deep and hold at most
 _MAX_ARRAY items, every tensor's data must lie inside the file, and the key/values the estimator turns into
-per-layer tables (`*.block_count`) are bounded. Any violation is one BadRequest("invalid GGUF file: ...").
+per-layer tables (`*.block_count`) and the shard count that /api/create lists missing shards from
+(`split.count`) are bounded. Any violation is one BadRequest("invalid GGUF file: ...").
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ _MAX_ARRAY = 1 << 24  # the largest vocabularies are ~262k tokens; merges fewer 
 # llama.cpp refuses more than 512 layers (LLAMA_MAX_LAYERS); a count past this is never a real model, and the
 # memory estimate builds per-layer tables from it (2e7 "layers" cost seconds and hundreds of MB).
 _MAX_BLOCKS = 4096
+# gguf-split names shards NAME-0000N-of-0000M.gguf; real splits have tens to hundreds of shards. /api/create walks
+# range(split.count) to say which are missing: 2e7 claimed shards cost 2.4 GB and a 189 MB error (issue 34).
+_MAX_SPLITS = 9999
 # The fewest bytes one entry can take: a key/value (key length, value type, a 1-byte value), a tensor-table
 # row (name length, n_dims, type, offset), and an array element of each kind (strings: their length;
 # nested arrays: their type and count).
@@ -242,6 +246,9 @@ def check_bounds(info: GGUFInfo) -> None:
         if (key.endswith("block_count") and isinstance(value, int) and not isinstance(value, bool)
                 and not 0 <= value <= _MAX_BLOCKS):
             raise _invalid(f"{key} is {value} (at most {_MAX_BLOCKS})")
+    count = info.kv.get("split.count")
+    if isinstance(count, int) and not isinstance(count, bool) and not 0 <= count <= _MAX_SPLITS:
+        raise _invalid(f"split.count is {count} (at most {_MAX_SPLITS})")
 
 
 class _Header:

@@ -99,3 +99,49 @@ async def test_loading_a_stored_hostile_model_is_a_400(fake_app, aiohttp_client)
 def test_real_writer_output_passes(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "ok.gguf", "llama", {"llama.block_count": 80, "tokenizer.ggml.tokens": ["a"] * 1000})
     assert read_gguf_info(path).block_count == 80
+
+
+def split_bomb(count: int) -> bytes:
+    """A whole GGUF of ~124 bytes that says it is shard 1 of `count` (issue 34 item 6)."""
+    return raw_gguf([ARCH, ("split.no", T_UINT32, u32(0)), ("split.count", T_UINT32, u32(count))])
+
+
+def test_split_count_is_bounded_like_block_count(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    path.write_bytes(split_bomb(20_000_000))
+    assert len(path.read_bytes()) < 200
+    with pytest.raises(BadRequest, match=r"^invalid GGUF file: split.count is 20000000 \(at most 9999\)$"):
+        read_gguf_info(path)
+
+
+async def test_create_with_a_split_count_bomb_is_a_small_400(fake_app, aiohttp_client) -> None:
+    """One small upload claiming 2e7 shards: a 400 naming the key, not a list of 2e7 missing shards (the 189 MB
+    error the issue measured) or a gateway that freezes building it."""
+    import hashlib
+
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    data = split_bomb(20_000_000)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    assert (await client.post(f"/api/blobs/{digest}", data=data)).status == 201
+    r = await client.post("/api/create", json={"model": "bomb", "files": {"m.gguf": digest}, "stream": False})
+    assert r.status == 400
+    body = await r.read()
+    assert len(body) < 300
+    assert (await r.json())["error"] == ("supplied file was not in GGUF format: split.count is 20000000 "
+                                         "(at most 9999)")
+
+
+async def test_a_lone_shard_of_many_names_a_few_missing_shards(fake_app, aiohttp_client) -> None:
+    """Within the bound, the incomplete-split error still stays one short line."""
+    import hashlib
+
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    data = split_bomb(9999)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    assert (await client.post(f"/api/blobs/{digest}", data=data)).status == 201
+    r = await client.post("/api/create", json={"model": "bomb", "files": {"m.gguf": digest}, "stream": False})
+    assert r.status == 400
+    assert (await r.json())["error"] == ("incomplete split GGUF model: missing 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 and "
+                                         "9988 more of 9999")
