@@ -1,12 +1,18 @@
 """HTTP to one llama-server child: /completion as a stream of events (runner/sse.py, the hot path), the small
-JSON endpoints (sse.post_json: one connection a call, as the stream) and GETs (aiohttp)."""
+JSON endpoints (sse.post_json: one connection a call, as the stream; a burst of them over a few kept-alive
+connections, sse.KeptConnection) and GETs (aiohttp).
+
+The small calls to one runner are bounded, whoever makes them: at most `max_calls` in flight (a FIFO semaphore,
+so a chat's /apply-template waits behind at most one round of an embed request's tokenizations, not all of
+them). A request with many calls (`post_each`) uses at most `max_calls` connections for all of them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -22,10 +28,16 @@ log = logging.getLogger(__name__)
 class LlamaClient:
     """read_timeout: the longest silence allowed while waiting for a response or between stream events
     (llama-server streams tokens and pings idle SSE streams, so a long silence means it is hung); None waits
-    forever. api_key: the runner's key, sent as a bearer token on every request."""
+    forever. api_key: the runner's key, sent as a bearer token on every request. max_calls: the small JSON calls
+    (tokenize, detokenize, apply-template, embeddings, rerank) in flight to this runner at once."""
 
-    def __init__(self, base_url: str, *, read_timeout: float | None = None, api_key: str = "") -> None:
+    MAX_CALLS = 4
+
+    def __init__(self, base_url: str, *, read_timeout: float | None = None, api_key: str = "",
+                 max_calls: int = MAX_CALLS) -> None:
         self.base_url = base_url
+        self.max_calls = max_calls
+        self._calls = asyncio.Semaphore(max_calls)
         self.read_timeout = read_timeout
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
@@ -62,8 +74,36 @@ class LlamaClient:
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST body, the JSON answer (a connection of its own, as `stream`: runner/sse.post_json)."""
         url = urllib.parse.urlsplit(self.base_url)
-        return await sse.post_json(url.hostname or "127.0.0.1", url.port or 80, path, body,
-                                   read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
+        async with self._calls:
+            return await sse.post_json(url.hostname or "127.0.0.1", url.port or 80, path, body,
+                                       read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
+
+    async def post_each(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[Any]:
+        """POST each body to `path`; the answers in the bodies' order. At most `max_calls` workers, each with one
+        kept-alive connection for all the bodies it takes, closed when none are left; each call holds one of the
+        runner's `max_calls` places only while it is in flight, so other requests' calls take turns with these.
+        The first error stops the rest and is raised."""
+        url = urllib.parse.urlsplit(self.base_url)
+        answers: list[Any] = [None] * len(bodies)
+        work = iter(enumerate(bodies))
+
+        async def worker() -> None:
+            conn = sse.KeptConnection(url.hostname or "127.0.0.1", url.port or 80, read_timeout=self.read_timeout,
+                                      headers=self._headers, streams=self._streams)
+            try:
+                for i, body in work:
+                    async with self._calls:
+                        answers[i] = await conn.post(path, body)
+            finally:
+                conn.close()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(self.max_calls, len(bodies))):
+                    group.create_task(worker())
+        except BaseExceptionGroup as group_error:  # the first worker's error, as a single call would raise it
+            raise group_error.exceptions[0] from None
+        return answers
 
     async def get_text(self, path: str) -> str:
         async with self.session.get(self.base_url + path) as resp:
@@ -74,6 +114,11 @@ class LlamaClient:
     async def tokenize(self, content: str, add_special: bool = False) -> list[int]:
         data = await self.post("/tokenize", {"content": content, "add_special": add_special})
         return [t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])]
+
+    async def tokenize_each(self, texts: Sequence[str], add_special: bool = False) -> list[list[int]]:
+        """tokenize() of each text (llama-server's /tokenize takes one), through post_each's few connections."""
+        answers = await self.post_each("/tokenize", [{"content": t, "add_special": add_special} for t in texts])
+        return [[t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])] for data in answers]
 
     async def detokenize(self, tokens: list[int]) -> str:
         return (await self.post("/detokenize", {"tokens": tokens})).get("content", "")

@@ -14,7 +14,7 @@ import collections
 import json
 import re
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ollama_py import fastjson
 from ollama_py.errors import BadRequest, ContextExceeded, OllamaError, RunnerError
@@ -309,6 +309,9 @@ class SSEStream(asyncio.Protocol):
             self._transport.abort()
 
 
+_S = TypeVar("_S", bound=SSEStream)
+
+
 class Tap:
     """Access to the stream behind a `stream_events` generator, to `divert` its events (set once connected)."""
 
@@ -345,18 +348,29 @@ async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
                       reply: type[SSEStream] = SSEStream, accept: bytes = b"text/event-stream") -> SSEStream:
     """Connect, send `body` as JSON (with `headers` besides the usual ones) and return the stream (nothing of
     the response read yet)."""
+    stream = await _connect(host, port, read_timeout, reply)
+    assert stream._transport is not None
+    stream._transport.write(_request(host, port, path, body, headers, accept, keep_alive=False))
+    return stream
+
+
+async def _connect(host: str, port: int, read_timeout: float | None, reply: type[_S]) -> _S:
     loop = asyncio.get_running_loop()
-    data = json.dumps(body, ensure_ascii=False).encode()
     try:
         _, stream = await loop.create_connection(lambda: reply(loop, read_timeout), host, port)
     except OSError as e:
         raise UpstreamLost(f"connection to llama runner lost: {e}") from None
-    assert stream._transport is not None
-    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items()).encode()
-    stream._transport.write(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-                            b"Accept: %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                            % (path.encode(), host.encode(), port, accept, extra, len(data), data))
     return stream
+
+
+def _request(host: str, port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None, accept: bytes,
+             *, keep_alive: bool) -> bytes:
+    data = json.dumps(body, ensure_ascii=False).encode()
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items()).encode()
+    return (b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nAccept: %s\r\n%s"
+            b"Content-Length: %d\r\nConnection: %s\r\n\r\n%s"
+            % (path.encode(), host.encode(), port, accept, extra, len(data),
+               b"keep-alive" if keep_alive else b"close", data))
 
 
 class _Reply(SSEStream):
@@ -392,4 +406,99 @@ async def post_json(host: str, port: int, path: str, body: dict[str, Any], *, re
         reply.close()
         if streams is not None:
             streams.discard(reply)
-    return json.loads(reply._text)
+    return await _decoded(reply._text)
+
+
+_INLINE_JSON = 1 << 20  # answers decoded on the event loop up to this size (a batch of embeddings is bigger)
+
+
+async def _decoded(text: bytearray) -> Any:
+    if len(text) <= _INLINE_JSON:
+        return json.loads(text)
+    return await asyncio.to_thread(json.loads, bytes(text))
+
+
+class _KeptReply(_Reply):
+    """A small call's response on a connection that stays open for the next call (see KeptConnection)."""
+
+    reusable = False  # a whole 200 response came, framed by its length, and the server did not say it closes
+
+    def _parse_head(self, head: bytes) -> None:
+        super()._parse_head(head)
+        self._server_closes = any(line.lower().replace(" ", "") == "connection:close"
+                                  for line in head.decode("latin-1").split("\r\n")[1:])
+
+    def _end_of_body(self) -> None:
+        self.reusable = (self.status == 200 and not self._server_closes and not self._closed
+                         and (self._chunked or self._remaining == 0))
+        super()._end_of_body()
+
+    def answered(self) -> bool:
+        """Whether any of the response to the current call arrived."""
+        return bool(self.status or self._head)
+
+    def reset(self) -> None:
+        """Ready for the next call on the same connection."""
+        self._head.clear()
+        self.status, self._chunked, self._remaining, self._need_crlf = 0, False, -1, False
+        self._raw.clear()
+        self._text.clear()
+        self._events.clear()
+        self._error, self._finished, self._boundary, self.reusable = None, False, False, False
+        if self._read_timeout:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_later(self._read_timeout / _TICKS, self._check_silence, -1, 0)
+
+
+class KeptConnection:
+    """Small JSON calls one after another over one connection (HTTP keep-alive): a burst of calls (an embed
+    request's tokenizations) costs one connection instead of one each. The owner closes it when the burst ends:
+    an idle connection would hold one of llama-server's HTTP threads. A call on a reused connection that the
+    server had closed, before any answer arrived, is sent again once on a new one (the calls are idempotent)."""
+
+    def __init__(self, host: str, port: int, *, read_timeout: float | None = None,
+                 headers: dict[str, str] | None = None, streams: set[SSEStream] | None = None) -> None:
+        self._host, self._port, self._read_timeout = host, port, read_timeout
+        self._headers, self._streams = headers, streams
+        self._reply: _KeptReply | None = None
+        self.opened = 0  # connections opened so far
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST `body` and return the JSON answer; errors as post_json's."""
+        request = _request(self._host, self._port, path, body, self._headers, b"application/json", keep_alive=True)
+        for _ in range(2):
+            reply = self._reply
+            reused = reply is not None and reply.reusable and not reply._closed
+            if reused:
+                assert reply is not None
+                reply.reset()
+            else:
+                self.close()
+                reply = self._reply = await _connect(self._host, self._port, self._read_timeout, _KeptReply)
+                self.opened += 1
+            assert reply._transport is not None
+            reply._transport.write(request)
+            if self._streams is not None:
+                self._streams.add(reply)
+            try:
+                while await reply.wait():
+                    pass
+            except UpstreamLost:
+                self.close()
+                if reused and not reply.answered():
+                    continue
+                raise
+            except BaseException:
+                self.close()
+                raise
+            finally:
+                if self._streams is not None:
+                    self._streams.discard(reply)
+            return await _decoded(reply._text)
+        raise AssertionError("unreachable")  # pragma: no cover - the second try uses a new connection
+
+    def close(self) -> None:
+        if self._reply is not None:
+            self._reply.close()
+            self._reply = None

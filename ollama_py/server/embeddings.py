@@ -8,12 +8,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ollama_py.errors import BadRequest, RunnerError
-from ollama_py.runner.client import UpstreamLost
+from ollama_py.runner.client import LlamaClient, UpstreamLost
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server.access_log import current_stats
 
 if TYPE_CHECKING:
     from ollama_py.store.models import Model
+
+
+# Tokens an input may have beyond one per byte of its text: BOS, EOS, a word-start marker the tokenizer adds.
+_SPECIAL_SLACK = 8
+_INLINE_FLOATS = 50_000  # vectors normalized on the event loop up to this many floats, in a thread past it
 
 
 @dataclass(slots=True)
@@ -42,18 +47,43 @@ async def embed(scheduler: Scheduler, model: Model, opts: dict[str, Any], keep_a
         load_ns = int(loaded.runner.load_duration * 1e9) if loaded.requests_served == 0 else 0
         ctx = loaded.plan.spec.num_ctx
         try:
-            token_lists = await asyncio.gather(*(loaded.client.tokenize(text, add_special=True) for text in inputs))
-            cut = []
-            for tokens in token_lists:
-                if len(tokens) > ctx:
-                    if not truncate:
-                        raise BadRequest("the input length exceeds the context length")
-                    tokens = tokens[:ctx]
-                cut.append(tokens)
-            data = await loaded.client.post("/v1/embeddings", {"input": cut, "encoding_format": "float"})
+            prompts, counted = await fit_inputs(loaded.client, inputs, ctx, truncate)
+            data = await loaded.client.post("/v1/embeddings", {"input": prompts, "encoding_format": "float"})
         except UpstreamLost as e:
             raise RunnerError(str(e)) from None
     rows = sorted(data.get("data", []), key=lambda d: d.get("index", 0))
+    if len(rows) * max((len(r.get("embedding") or ()) for r in rows), default=0) > _INLINE_FLOATS:
+        vectors = await asyncio.to_thread(_vectors, rows, dimensions)
+    else:
+        vectors = _vectors(rows, dimensions)
+    usage = data.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens") or counted)
+    current_stats().prompt_tokens = prompt_tokens
+    return EmbedResult(vectors, prompt_tokens, load_ns)
+
+
+async def fit_inputs(client: LlamaClient, inputs: list[str], ctx: int,
+                     truncate: bool) -> tuple[list[str | list[int]], int]:
+    """The prompts for one /v1/embeddings call, with the tokens counted here. An input whose bytes (plus the
+    few special tokens) fit the context goes as text: a token is at least one byte, so it cannot overflow, and
+    llama-server tokenizes it in the same call. Only longer inputs are tokenized first (through the client's few
+    connections, not one each), cut to the context (truncate) or refused."""
+    long = [i for i, text in enumerate(inputs) if len(text.encode()) + _SPECIAL_SLACK > ctx]
+    prompts: list[str | list[int]] = list(inputs)
+    counted = 0
+    if long:
+        token_lists = await client.tokenize_each([inputs[i] for i in long], add_special=True)
+        for i, tokens in zip(long, token_lists, strict=True):
+            if len(tokens) > ctx:
+                if not truncate:
+                    raise BadRequest("the input length exceeds the context length")
+                tokens = tokens[:ctx]
+            prompts[i] = tokens
+            counted += len(tokens)
+    return prompts, counted
+
+
+def _vectors(rows: list[dict[str, Any]], dimensions: int | None) -> list[list[float]]:
     vectors = []
     for row in rows:
         vec = row["embedding"]
@@ -63,6 +93,4 @@ async def embed(scheduler: Scheduler, model: Model, opts: dict[str, Any], keep_a
         if dimensions is not None and dimensions < len(vec):
             vec = normalize(vec[:dimensions])
         vectors.append(vec)
-    prompt_tokens = sum(len(t) for t in cut)
-    current_stats().prompt_tokens = prompt_tokens
-    return EmbedResult(vectors, prompt_tokens, load_ns)
+    return vectors

@@ -8,7 +8,6 @@ GGUF's `rerank` template with {query} and {document} filled in, else [BOS] query
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -61,18 +60,19 @@ async def fit_documents(client: LlamaClient, query: str, documents: list[str], n
         return documents, 0
     if not truncate:
         raise BadRequest(_TOO_LONG)
-    fixed = sum(map(len, await asyncio.gather(client.tokenize(query), client.tokenize(template))))
+    # One batch through the client's few kept-alive connections: the query, the template, then each long document.
+    query_tokens, template_tokens, *token_lists = await client.tokenize_each(
+        [query, template, *(documents[i] for i in long)])
+    fixed = len(query_tokens) + len(template_tokens)
     room = budget - fixed
-    token_lists = await asyncio.gather(*(client.tokenize(documents[i]) for i in long))
-    out, cut = list(documents), 0
-    for i, tokens in zip(long, token_lists, strict=True):
-        if len(tokens) <= room:
-            continue
-        if room <= 0:
-            raise BadRequest(f"{_TOO_LONG}: the query alone takes {fixed} of the context's {n_ctx} tokens")
-        out[i] = await client.detokenize(tokens[:room])
-        cut += 1
-    return out, cut
+    over = [(i, tokens) for i, tokens in zip(long, token_lists, strict=True) if len(tokens) > room]
+    if over and room <= 0:
+        raise BadRequest(f"{_TOO_LONG}: the query alone takes {fixed} of the context's {n_ctx} tokens")
+    texts = await client.post_each("/detokenize", [{"tokens": tokens[:room]} for _, tokens in over])
+    out = list(documents)
+    for (i, _), answer in zip(over, texts, strict=True):
+        out[i] = answer.get("content", "")
+    return out, len(over)
 
 
 async def rerank(scheduler: Scheduler, model: Model, opts: dict[str, Any], keep_alive: float | None, query: str,

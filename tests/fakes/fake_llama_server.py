@@ -16,6 +16,7 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_EXIT_CODE=C           exit status for the two above; a negative C kills the process with signal -C
   FAKE_IGNORE_SIGTERM=1      ignore SIGTERM (otherwise SIGTERM/SIGINT exit 0 at once)
   FAKE_TOKEN_DELAY=F         seconds before each generated token (default 0)
+  FAKE_PROMPT_DELAY=F        seconds before the first generated token instead (prompt processing; default: as above)
   FAKE_TOKENS=N              words the "model" says before its EOS token (default 8)
   FAKE_REPLY=TEXT            say TEXT (split like the tokenizer) instead of the default sentence
   FAKE_REPLY_SPLIT=SEP       split FAKE_REPLY at each SEP instead (SEP dropped): one token per part, so a test can
@@ -24,8 +25,16 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
                              prompt's text), else FAKE_REPLY: a scripted agent turn -- call a tool, then answer once
                              the tool's result is in the prompt
   FAKE_LOG_FILE=PATH         append each POSTed JSON request body as one line (exactly as received)
-  FAKE_MODEL_MIB / FAKE_KV_MIB / FAKE_COMPUTE_MIB / FAKE_DEVICE   buffer sizes and device in the start-up log
+  FAKE_MODEL_MIB / FAKE_KV_MIB / FAKE_COMPUTE_MIB / FAKE_DEVICE   buffer sizes and device in the start-up log;
+                             a GPU device (CUDA0, Vulkan0) also gets llama.cpp's host buffers of a full offload:
+                             the token embeddings' CPU_Mapped model buffer and the <backend>_Host output and compute
+                             buffers. FAKE_N_LAYERS=N: the model's layers as -ngl counts them (default 31)
   FAKE_EMBEDDING_DIM=N       embedding width (default 16)
+  FAKE_ALLOCATE_MIB=N        each completion first allocates N MiB more (kept); when that fails (a memory limit) it
+                             dies as llama-server does: "std::bad_alloc" on stderr, then SIGABRT
+With --slot-save-path DIR, POST /slots/{id}?action=save|restore|erase {"filename"} save a slot's tokens to
+DIR/filename (JSON), put them back, or clear them, answering as llama-server does (n_saved, n_restored, ...); a
+file it cannot read is "Unable to restore slot: ..." (400).
 With --reranking, /rerank (and /reranking, /v1/rerank, /v1/reranking) scores each document by the share of the
 query's words it contains (rerank_score), best first, in llama-server's Jina shape.
 As a llama-server router's child (LLAMA_SERVER_ROUTER_PORT set in its environment) it writes llama-server's
@@ -43,6 +52,9 @@ without n_predict gets "The quick brown fox jumps over the lazy", tokens_predict
 "model" in results is the --model path (or --alias), as llama-server reports it.
 Prompt caching is simulated per slot: cache_n is the common token prefix with what the slot last held
 (prompt + generated), capped so at least one prompt token is evaluated; prompt_n = tokens_evaluated - cache_n.
+
+`GET /fake/connections` (the fake's own, for tests) answers {"accepted": N, "open_peak": M}: the connections
+that carried a request so far, and the most of them open at once.
 
 Logs go to stderr in llama.cpp's format, `M.SS.mmm.uuu L message` (--no-log-prefix / --no-log-timestamps
 honoured). As with the pinned build, the default verbosity shows only the server's lines ("srv  llama_server:
@@ -73,6 +85,7 @@ from aiohttp import web
 GENERATED_SENTENCE = "The quick brown fox jumps over the lazy dog"
 BOS_ID, EOS_ID = 1, 2
 BUILD_INFO = "b1-fake"
+HOST_EMBEDDINGS_MIB = 28.69  # SmolLM2-135M's token embeddings, kept in host memory on a full offload
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' "
     "+ '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -95,7 +108,7 @@ _VALUE_FLAGS = {
     "-ngl": "n_gpu_layers", "--n-gpu-layers": "n_gpu_layers", "--gpu-layers": "n_gpu_layers",
     "-t": "threads", "--threads": "threads", "--embd-normalize": "embd_normalize",
     "-lv": "verbosity", "--verbosity": "verbosity", "--log-verbosity": "verbosity",
-    "-mm": "mmproj", "--mmproj": "mmproj", "--api-key": "api_key",
+    "-mm": "mmproj", "--mmproj": "mmproj", "--api-key": "api_key", "--slot-save-path": "slot_save_path",
 }
 # Flags that take a value we do not use; listed so a value such as "-1" is never mistaken for a flag.
 _IGNORED_VALUE_FLAGS = set(
@@ -103,7 +116,7 @@ _IGNORED_VALUE_FLAGS = set(
     "--lora --lora-scaled -mm --mmproj --rpc -ts --tensor-split -mg --main-gpu -sm --split-mode --keep -fit --fit "
     "-fitt --fit-target -fitc --fit-ctx -n --predict --n-predict -lm --load-mode --spec-type --spec-draft-n-max "
     "--spec-draft-model -md --chat-template --chat-template-file --reasoning-format -rea --reasoning "
-    "--reasoning-budget -to --timeout --threads-http --slot-save-path -dev --device -ot --override-tensor -s --seed "
+    "--reasoning-budget -to --timeout --threads-http -dev --device -ot --override-tensor -s --seed "
     "--temp --top-k --top-p --min-p --repeat-penalty --log-file -lv --verbosity --cache-reuse -cram "
     "--cache-ram --sleep-idle-seconds --sse-ping-interval --numa --override-kv --mmproj-url -mmu --log-colors"
     .split()
@@ -144,6 +157,7 @@ class ServerArgs:
     list_devices: bool = False
     version: bool = False
     api_key: str = ""  # --api-key (LLAMA_API_KEY when not given)
+    slot_save_path: str = ""  # --slot-save-path: POST /slots/{id}?action=save|restore works there
 
 
 def parse_args(argv: list[str]) -> ServerArgs:
@@ -196,6 +210,7 @@ class Behaviour:
     crash_after_tokens: int = 0
     ignore_sigterm: bool = False
     token_delay: float = 0.0
+    prompt_delay: float | None = None  # before the first token; None: token_delay
     tokens: int = 8
     reply: str = ""
     reply_split: str = ""
@@ -208,6 +223,7 @@ class Behaviour:
     embedding_dim: int = 16
     load_steps: int = 4
     warmup_seconds: float = 0.0
+    allocate_mib: int = 0
 
     @classmethod
     def from_env(cls) -> Behaviour:
@@ -216,13 +232,14 @@ class Behaviour:
             exit_code=_env_int("FAKE_EXIT_CODE", 1), crash_after_tokens=_env_int("FAKE_CRASH_AFTER_TOKENS", 0),
             ignore_sigterm=os.environ.get("FAKE_IGNORE_SIGTERM", "") not in ("", "0"),
             token_delay=_env_float("FAKE_TOKEN_DELAY", 0.0), tokens=_env_int("FAKE_TOKENS", 8),
+            prompt_delay=_env_float("FAKE_PROMPT_DELAY", 0.0) if os.environ.get("FAKE_PROMPT_DELAY") else None,
             reply=os.environ.get("FAKE_REPLY", ""), reply_split=os.environ.get("FAKE_REPLY_SPLIT", ""),
             reply_when=tuple((str(n), str(t)) for n, t in json.loads(os.environ.get("FAKE_REPLY_WHEN") or "[]")),
             log_file=os.environ.get("FAKE_LOG_FILE", ""),
             model_mib=_env_float("FAKE_MODEL_MIB", 98.0), kv_mib=_env_float("FAKE_KV_MIB", 45.0),
             compute_mib=_env_float("FAKE_COMPUTE_MIB", 52.0), device=os.environ.get("FAKE_DEVICE", "") or "CPU",
             embedding_dim=_env_int("FAKE_EMBEDDING_DIM", 16), load_steps=_env_int("FAKE_LOAD_STEPS", 4),
-            warmup_seconds=_env_float("FAKE_WARMUP_SECONDS", 0.0),
+            warmup_seconds=_env_float("FAKE_WARMUP_SECONDS", 0.0), allocate_mib=_env_int("FAKE_ALLOCATE_MIB", 0),
         )
 
 
@@ -470,6 +487,8 @@ class FakeServer:
         self.metrics = Metrics()
         self.model_name = args.alias or args.model  # what llama-server reports as "model" without --alias
         self.tokens_generated = 0  # over the process's life, for FAKE_CRASH_AFTER_TOKENS
+        self.connections: dict[int, asyncio.BaseTransport] = {}  # id -> open connections that carried a request
+        self.accepted = self.open_peak = 0
         self.next_task = -1
         self.t_start = int(time.time())
 
@@ -495,6 +514,15 @@ class FakeServer:
             sys.stderr.write(os.environ.get("FAKE_CRASH_LINES")
                              or f"ggml/src/ggml.c:1: GGML_ASSERT(fake crash after {n} tokens) failed\n")
             _die(self.behaviour.exit_code)
+
+    def count_connection(self, transport: asyncio.BaseTransport | None) -> None:
+        """For GET /fake/connections: a request's connection, counted once however many requests it carries."""
+        if transport is None or self.connections.get(id(transport)) is transport:
+            return
+        self.connections = {k: t for k, t in self.connections.items() if not t.is_closing()}
+        self.connections[id(transport)] = transport
+        self.accepted += 1
+        self.open_peak = max(self.open_peak, len(self.connections))
 
     def record_body(self, body: Any) -> None:
         if self.behaviour.log_file:
@@ -534,6 +562,7 @@ class RequestError(Exception):
 @web.middleware
 async def _middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
     state = request.app[STATE]
+    state.count_connection(request.transport)
     if not state.ready:
         return error_response("Loading model", "unavailable_error")
     keys = request.app[API_KEYS]
@@ -594,6 +623,7 @@ class Completion:
     stop_type: str = "none"
     stopping_word: str = ""
     truncated: bool = False
+    discarded: int = 0  # tokens context shifts dropped from the slot
     aborted: bool = False
     t_start: float = 0.0
     t_prompt: float = 0.0
@@ -623,10 +653,13 @@ class Completion:
             if self.n_predict >= 0 and self.n_decoded >= self.n_predict:
                 self.stop_type = "limit"
                 break
-            if not self.server.args.context_shift and len(self.prompt) + self.n_decoded >= self.slot.n_ctx:
-                self.stop_type, self.truncated = "limit", True
-                break
-            if await self._wait(request, b.token_delay):
+            if len(self.prompt) + self.n_decoded - self.discarded >= self.slot.n_ctx:
+                if not self.server.args.context_shift:
+                    self.stop_type, self.truncated = "limit", True
+                    break
+                self._shift()
+            delay = b.prompt_delay if self.n_decoded == 0 and b.prompt_delay is not None else b.token_delay
+            if await self._wait(request, delay):
                 self.aborted = True
                 return
             if self.n_decoded == 0:
@@ -643,6 +676,18 @@ class Completion:
                 self.stop_type = "eos"
             yield Step(self._scan(piece is None), token, self.n_decoded)
         self.t_end = time.monotonic()
+
+    def _shift(self) -> None:
+        """llama-server's context shift (--context-shift): keep n_keep tokens (-1: the whole prompt; +1 for BOS,
+        at most n_ctx - 4), drop half of the rest, go on; the answer says `truncated`."""
+        n_keep = int(self.body.get("n_keep", self.server.args.keep))
+        n_keep = min(self.slot.n_ctx - 4, (len(self.prompt) if n_keep < 0 else n_keep) + 1)
+        n_left = len(self.prompt) + self.n_decoded - self.discarded - n_keep
+        n_discard = max(0, min(n_left // 2, n_left - 1))
+        self.discarded += n_discard
+        self.truncated = True
+        _log(f"slot update_slots: id {self.slot.id:2d} | task {self.slot.id_task} | slot context shift, "
+             f"n_keep = {n_keep}, n_left = {n_left}, n_discard = {n_discard}", level="W")
 
     @staticmethod
     async def _wait(request: web.Request, delay: float) -> bool:
@@ -790,9 +835,23 @@ def _stop_words(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
+_HELD: list[bytearray] = []  # FAKE_ALLOCATE_MIB's allocations, kept like a leak
+
+
+def _allocate(state: FakeServer, mib: int) -> None:
+    try:
+        _HELD.append(bytearray(mib << 20))  # zeroed pages: address space, resident only where written
+    except MemoryError:
+        _log("terminate called after throwing an instance of 'std::bad_alloc'", "E")
+        _log("  what():  std::bad_alloc", "E")
+        _die(-signal.SIGABRT)
+
+
 async def serve_completion(request: web.Request, body: dict[str, Any], prompt: Any, flavour: Flavour,
                            ) -> web.StreamResponse:
     state = request.app[STATE]
+    if state.behaviour.allocate_mib:
+        _allocate(state, state.behaviour.allocate_mib)
     if isinstance(prompt, dict):
         prompt = media_prompt(prompt, bool(state.args.mmproj))
     try:
@@ -800,7 +859,7 @@ async def serve_completion(request: web.Request, body: dict[str, Any], prompt: A
     except ValueError as e:
         raise RequestError(str(e)) from None
     n_ctx = state.slots.slots[0].n_ctx
-    if len(tokens) >= n_ctx and not state.args.context_shift:
+    if len(tokens) >= n_ctx:  # with or without --context-shift: it shifts answers, never prompts
         raise RequestError(f"request ({len(tokens)} tokens) exceeds the available context size ({n_ctx} tokens), "
                            "try increasing it", "exceed_context_size_error", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
     n_predict = body.get("n_predict", body.get("max_completion_tokens", body.get("max_tokens", -1)))
@@ -910,6 +969,11 @@ async def handle_health(request: web.Request) -> web.Response:
     return json_ok({"status": "ok"})
 
 
+async def handle_connections(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return json_ok({"accepted": state.accepted, "open_peak": state.open_peak})
+
+
 async def handle_props(request: web.Request) -> web.Response:
     state = request.app[STATE]
     params = {"n_predict": -1, "seed": 4294967295, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
@@ -937,6 +1001,45 @@ async def handle_slots(request: web.Request) -> web.Response:
                 "has_next_token": s.busy, "has_new_line": False, "n_remain": s.n_remain, "n_decoded": s.n_decoded}])
         out.append(item)
     return json_ok(out)
+
+
+async def handle_slot_action(request: web.Request) -> web.Response:
+    """llama-server's slot save / restore / erase (the file holds the slot's tokens, as JSON)."""
+    state = request.app[STATE]
+    if not state.args.slot_save_path:
+        raise RequestError("This server does not support slots action. Start it with `--slot-save-path`",
+                           "not_supported_error")
+    try:
+        slot = state.slots.slots[int(request.match_info["id_slot"]) % len(state.slots.slots)]
+    except ValueError:
+        raise RequestError("Invalid slot ID") from None
+    action = request.query.get("action", "")
+    if action == "erase":
+        n, slot.cache = len(slot.cache), []
+        return json_ok({"id_slot": slot.id, "n_erased": n})
+    if action not in ("save", "restore"):
+        raise RequestError("Invalid action")
+    filename = (await request.json()).get("filename", "")
+    if not filename or "/" in filename or filename.startswith("."):
+        raise RequestError("Invalid filename")
+    path = Path(state.args.slot_save_path) / filename
+    if action == "save":
+        data = _dumps({"tokens": slot.cache})
+        path.write_text(data)
+        return json_ok({"id_slot": slot.id, "filename": filename, "n_saved": len(slot.cache),
+                        "n_written": len(data), "timings": {"save_ms": 0.1}})
+    try:
+        tokens = json.loads(path.read_text())["tokens"]
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise ValueError("tokens")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise RequestError("Unable to restore slot: No available space in KV cache or invalid slot save file") \
+            from None
+    if len(tokens) > slot.n_ctx:
+        raise RequestError("Unable to restore slot: Restored prompt does not fit in the slot context")
+    slot.cache = tokens
+    return json_ok({"id_slot": slot.id, "filename": filename, "n_restored": len(tokens),
+                    "n_read": path.stat().st_size, "timings": {"restore_ms": 0.1}})
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
@@ -1101,7 +1204,9 @@ def build_app(state: FakeServer) -> web.Application:
     for path in ("/health", "/v1/health"):
         app.router.add_get(path, handle_health)
     app.router.add_get("/props", handle_props)
+    app.router.add_get("/fake/connections", handle_connections)
     app.router.add_get("/slots", handle_slots)
+    app.router.add_post("/slots/{id_slot}", handle_slot_action)
     app.router.add_get("/metrics", handle_metrics)
     for path in ("/models", "/v1/models"):
         app.router.add_get(path, handle_models)
@@ -1141,23 +1246,31 @@ def _load_failed(model: str, *first_lines: str) -> None:
 def _load_details(state: FakeServer) -> None:
     """libllama's load lines a gateway may parse (shown from -lv 4 up), in llama.cpp's wording and widths."""
     b, a = state.behaviour, state.args
-    n_layer = 31
+    n_layer = _env_int("FAKE_N_LAYERS", 31)  # blocks + the output layer, as llama.cpp counts them for -ngl
     # As in llama-server, "offloaded" reports -ngl (auto: all layers) even on a CPU-only build.
     ngl = n_layer if a.n_gpu_layers in ("auto", "all") or int(a.n_gpu_layers) < 0 else int(a.n_gpu_layers)
     buffer = "CPU_Mapped" if b.device == "CPU" else b.device
+    # On a GPU llama.cpp keeps the input layer (token embeddings) mapped in host memory and stages the output and
+    # part of the compute graph in pinned host buffers, however many layers are offloaded.
+    host = f"{b.device.rstrip('0123456789')}_Host"
+    on_gpu = b.device != "CPU"
+    host_model = (f"load_tensors: {'CPU_Mapped':>12s} model buffer size = {HOST_EMBEDDINGS_MIB:8.2f} MiB",) * on_gpu
+    host_compute = (f"sched_reserve: {host:>10s} compute buffer size = {4.26:8.2f} MiB",) * on_gpu
     for line in (
         f"llama_model_loader: loaded meta data with 33 key-value pairs and 272 tensors from {a.model} "
         "(version GGUF V3 (latest))",
         f"print_info: file size   = {b.model_mib:.2f} MiB (4.50 BPW) ",
         "load_tensors: loading model tensors, this can take a while... (load_mode = mmap)",
         f"load_tensors: offloaded {min(ngl, n_layer)}/{n_layer} layers to GPU",
+        *host_model,
         f"load_tensors: {buffer:>12s} model buffer size = {b.model_mib:8.2f} MiB",
         f"llama_context: n_seq_max             = {state.n_parallel}",
         f"llama_context: n_ctx                 = {state.n_ctx}",
         f"llama_context: n_ctx_seq             = {state.slots.slots[0].n_ctx}",
-        f"llama_context: {b.device:>10s}  output buffer size = {0.38:8.2f} MiB",
+        f"llama_context: {b.device if b.device == 'CPU' else host:>10s}  output buffer size = {0.38:8.2f} MiB",
         f"llama_kv_cache: {b.device:>10s} KV buffer size = {b.kv_mib:8.2f} MiB",
         f"sched_reserve: {b.device:>10s} compute buffer size = {b.compute_mib:8.2f} MiB",
+        *host_compute,
     ):
         _log(line, verbosity=_DETAIL)
 

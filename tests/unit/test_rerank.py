@@ -142,6 +142,25 @@ async def test_a_document_longer_than_the_context_is_cut_unless_truncate_false(c
     assert (await r.json())["error"] == "the input length exceeds the context length"
 
 
+async def test_many_long_documents_are_fitted_over_a_few_runner_connections(client):
+    """Issue 34: each long document was tokenized (and cut) on a connection of its own, all at once."""
+    import aiohttp
+
+    from ollama_py.server.appkeys import SCHEDULER
+
+    docs = [f"doc{i} pandas " + "filler " * 100 + "bamboo" for i in range(200)]
+    body = {"model": "ranker", "query": QUERY, "documents": docs, "options": {"num_ctx": 128}, "top_n": 200}
+    r = await client.post("/api/rerank", json=body)
+    assert r.status == 200, await r.text()
+    out = await r.json()
+    assert sorted(x["index"] for x in out["results"]) == list(range(200))
+    (loaded,) = client.app[SCHEDULER].loaded.values()
+    async with aiohttp.ClientSession(headers=loaded.runner.auth_headers) as session, \
+            session.get(loaded.client.base_url + "/fake/connections") as resp:
+        seen = await resp.json()
+    assert seen["open_peak"] <= 6 and seen["accepted"] <= 12, seen  # was 400: a tokenize and a detokenize each
+
+
 async def test_a_query_longer_than_the_context_is_refused(client):
     body = {"model": "ranker", "query": "why " * 200, "documents": ["x " * 200], "options": {"num_ctx": 64}}
     r = await client.post("/api/rerank", json=body)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ollama_py.errors import BadRequest, RunnerError
-from ollama_py.runner.sse import RunnerStalled, Tap, UpstreamLost, post_stream, stream_events
+from ollama_py.runner.sse import KeptConnection, RunnerStalled, Tap, UpstreamLost, post_stream, stream_events
 
 EVENTS = [{"content": "Hel", "stop": False}, {"content": "lo", "stop": False},
           {"content": "", "stop": True, "timings": {"predicted_n": 2}}]
@@ -267,3 +267,65 @@ def test_plain_token_events_reach_the_plain_sink_unparsed_and_the_rest_the_gener
     # the first that is not; the rest of that read goes the general way.
     plain = [" plain", " héllo 日本"] if batched else [" plain", " héllo 日本", " plain again", "", " last"]
     assert [t for k, t in sunk if k == "plain"] == plain
+
+
+async def serve_json_calls(answers_per_connection: list[int], *, server_says_close: bool = False):
+    """A server that answers each POST with {"n": <request number>}; the i-th connection takes
+    answers_per_connection[i] requests, then closes (silently, or saying Connection: close on its last answer).
+    Returns (server, port, the number of connections accepted so far as a one-item list)."""
+    accepted = [0]
+    served = [0]
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        quota = answers_per_connection[min(accepted[0], len(answers_per_connection) - 1)]
+        accepted[0] += 1
+        for i in range(quota):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            served[0] += 1
+            body = json.dumps({"n": served[0]}).encode()
+            last = server_says_close and i == quota - 1
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s"
+                         % (len(body), b"Connection: close\r\n" if last else b"", body))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], accepted
+
+
+def test_a_kept_connection_carries_call_after_call():
+    async def run() -> tuple[list[Any], int]:
+        server, port, accepted = await serve_json_calls([100])
+        conn = KeptConnection("127.0.0.1", port, read_timeout=5)
+        try:
+            return [await conn.post("/tokenize", {"content": str(i)}) for i in range(20)], accepted[0]
+        finally:
+            conn.close()
+            server.close()
+
+    answers, accepted = asyncio.run(run())
+    assert answers == [{"n": i} for i in range(1, 21)]
+    assert accepted == 1
+
+
+@pytest.mark.parametrize("says_close", [False, True], ids=["closes-silently", "says-connection-close"])
+def test_a_kept_connection_the_server_closed_is_opened_again(says_close: bool):
+    """cpp-httplib ends a kept-alive connection after 100 requests or 5 s idle: the next call goes on a new one."""
+    async def run() -> tuple[list[Any], int]:
+        server, port, accepted = await serve_json_calls([3], server_says_close=says_close)
+        conn = KeptConnection("127.0.0.1", port, read_timeout=5)
+        try:
+            answers = []
+            for i in range(7):
+                answers.append(await conn.post("/tokenize", {"content": str(i)}))  # sent before or after the close
+            return answers, accepted[0]
+        finally:
+            conn.close()
+            server.close()
+
+    answers, accepted = asyncio.run(run())
+    assert answers == [{"n": i} for i in range(1, 8)]
+    assert accepted == 3
