@@ -6,16 +6,25 @@ While blobs/sha256-<hex> downloads, its data and per-part state sit beside it as
 (store/download_state.py), so an interrupted download resumes where its parts stopped, also after a restart.
 
 A blob of `total` bytes is cut into parts of total/16 clamped to [100 MB, 1000 MB] (class attributes, so
-tests can use small ones), fetched concurrently with `Range` requests. A part that fails is retried with
-exponential backoff; an attempt that made progress (a dropped connection, a stall) is resumed at once and
-costs no retry. A part is stalled when no byte arrives for STALL_TIMEOUT seconds (the socket read timeout).
-The first GET follows redirects on the registry's host and remembers the first other host (a CDN) as the
-direct URL; credentials never go there.
+tests can use small ones), and into no more than MAX_PARTS parts (bigger ones past 64 GB), fetched with
+`Range` requests: at most PARTS_AT_ONCE of one blob at a time, and at most MAX_ACTIVE_PARTS of all downloads
+in this process (one thread and one connection each). A part that fails is retried with exponential backoff;
+an attempt that made progress (a dropped connection, a stall) is resumed at once and costs no retry. A part is
+stalled when no byte arrives for STALL_TIMEOUT seconds (the socket read timeout); the whole blob must also
+average at least `min_rate` bytes/s (RegistryOptions, OLLAMA_PY_PULL_MIN_RATE) over every RATE_WINDOW seconds
+while its parts run, or it fails (its state stays, to resume), so a registry that trickles cannot hold a pull
+forever. The first GET follows redirects on the registry's host and remembers the first other host (a CDN) as
+the direct URL; credentials never go there, and every redirect is checked (store/registry_limits.py).
+
+Nothing is written before the blob is known to fit: the manifest's size claims are checked against the free
+space of the blobs directory (check_disk_space, for the whole pull and again for each blob), so a registry
+claiming a 20 TB layer gets "not enough disk space", not 20,000 part files.
 
 Bytes that arrive in order are hashed on the way in and the file is written back to disk as it grows, so
 finishing is cheap: hash whatever arrived out of order, compare, fsync, rename. Only a match gets the
 blob's name; a mismatch deletes everything and fails with Ollama's message. A full disk deletes the partial
-files (giving the space back) and fails; any other failure keeps them for the next pull.
+files (giving the space back) and fails, and so does any failure before the first byte arrived (there is
+nothing to resume); a failure after bytes arrived keeps them for the next pull.
 
 Concurrent pulls of one blob share one download (`download_blob` keeps one per blob path); when the last
 puller stops waiting, the download is cancelled and its partial files stay for a later resume.
@@ -28,12 +37,13 @@ import hashlib
 import http.client
 import logging
 import os
+import shutil
 import threading
 import time
-from collections.abc import Generator
+from collections import deque
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 import requests
 import urllib3
@@ -43,6 +53,7 @@ from ollama_py.store.blobs import BlobStore, canonical_digest
 from ollama_py.store.download_state import (
     MB,
     Part,
+    human_bytes,
     part_files,
     plan_parts,
     read_part_state,
@@ -62,6 +73,57 @@ from ollama_py.store.registry import (
 log = logging.getLogger(__name__)
 
 _REDIRECTS = (301, 302, 303, 307, 308)
+MAX_ACTIVE_PARTS = 32  # part downloads (threads, connections) running at once in this process, all pulls together
+_part_slots = threading.BoundedSemaphore(MAX_ACTIVE_PARTS)
+DISK_RESERVE = 1 << 30  # a pull leaves this much free (or 5 % of the filesystem, when that is less)
+
+
+class InsufficientStorage(OllamaError):
+    """The blobs a pull needs do not fit on the store's disk (found before anything is written)."""
+
+    status = 507
+
+
+def _allocated(path: Path) -> int:
+    """Bytes on disk of a (sparse) partial data file; 0 when there is none."""
+    try:
+        st = path.stat()
+    except OSError:
+        return 0
+    return min(st.st_blocks * 512, st.st_size)
+
+
+def _free_space(directory: Path) -> tuple[int, int]:
+    """(free bytes, bytes to leave free) on the filesystem that holds `directory` (or its nearest parent)."""
+    for candidate in (directory, *directory.parents):
+        try:
+            usage = shutil.disk_usage(candidate)
+        except OSError:
+            continue
+        return usage.free, min(DISK_RESERVE, usage.total // 20)
+    return 0, 0
+
+
+def check_disk_space(blobs: BlobStore, layers: Iterable[Layer]) -> None:
+    """InsufficientStorage unless the blobs `layers` name that the store lacks fit on its disk, besides what
+    the downloads already running still have to write (they share the disk)."""
+    with _active_lock:
+        running = list(_active.values())
+    active = {d.final for d in running}
+    need = 0
+    for layer in layers:
+        path = blobs.path(layer.digest)
+        if path in active or path.is_file():
+            continue
+        need += max(layer.size - _allocated(path.with_name(path.name + "-partial")), 0)
+    if need == 0:
+        return
+    others = sum(max(d.total - d.completed, 0) for d in running)
+    free, reserve = _free_space(blobs.dir)
+    if need + others > free - reserve:
+        busy = f" ({human_bytes(others)} of it for pulls under way)" if others else ""
+        raise InsufficientStorage(f"not enough disk space: the model needs {human_bytes(need)}, "
+                                  f"{human_bytes(max(free - reserve - others, 0))} free{busy}")
 
 
 class _PrefixHasher:
@@ -150,9 +212,12 @@ class BlobDownload:
     PART_COUNT = 16
     MIN_PART_SIZE = 100 * MB
     MAX_PART_SIZE = 1000 * MB
+    MAX_PARTS = 64  # part files per blob, whatever size it claims (parts grow past 1000 MB beyond 64 GB)
+    PARTS_AT_ONCE = 16  # as Ollama's errgroup limit
     MAX_RETRIES = 6
     BACKOFF = 1.0  # seconds before the first retry of a part; doubles with each failure without progress
     STALL_TIMEOUT = 30.0
+    RATE_WINDOW = 60.0  # seconds over which a running download must average the minimum rate
     PROGRESS_INTERVAL = 0.06
     STATE_INTERVAL = 1.0  # how often a running part saves its state
     CHUNK = 1 << 20
@@ -177,6 +242,7 @@ class BlobDownload:
         self._fd = -1
         self._hasher = _PrefixHasher()
         self._flusher: _Flusher | None = None
+        self._part_ended = threading.Event()
 
     # -- watching ------------------------------------------------------------------------------------------
 
@@ -234,12 +300,15 @@ class BlobDownload:
                 self._install()
             finally:
                 os.close(self._fd)
-        except _Stopped:
-            raise RequestCanceled() from None
-        except OSError as e:
-            if e.errno == errno.ENOSPC:
-                remove_partial(self.data_path)  # give the space back; there is nothing to resume into
-                raise OllamaError(f"write {self.data_path}: no space left on device") from None
+        except BaseException as e:
+            if self._completed == 0 or (isinstance(e, OSError) and e.errno == errno.ENOSPC):
+                # nothing arrived (nothing to resume), or a full disk (give the space back)
+                remove_partial(self.data_path)
+            if isinstance(e, _Stopped):
+                raise RequestCanceled() from None
+            if isinstance(e, OSError):
+                reason = "no space left on device" if e.errno == errno.ENOSPC else e.strerror or str(e)
+                raise OllamaError(f"write {self.data_path}: {reason}") from None
             raise
 
     def _prepare(self) -> None:
@@ -247,8 +316,14 @@ class BlobDownload:
         parts = read_part_state(self.data_path, self.total)
         if parts is None:
             remove_partial(self.data_path)
+        need = self.total - (_allocated(self.data_path) if parts is not None else 0)
+        free, reserve = _free_space(self.data_path.parent)
+        if need > free - reserve:
+            raise InsufficientStorage(f"not enough disk space: layer {self.digest[7:19]} needs "
+                                      f"{human_bytes(need)}, {human_bytes(max(free - reserve, 0))} free")
+        if parts is None:
             parts = plan_parts(self.total, count=self.PART_COUNT, min_size=self.MIN_PART_SIZE,
-                               max_size=self.MAX_PART_SIZE)
+                               max_size=self.MAX_PART_SIZE, max_parts=self.MAX_PARTS)
             for part in parts:
                 write_part_state(self.data_path, part)
         else:
@@ -268,8 +343,12 @@ class BlobDownload:
                      self.parts[0].size)
 
     def _download_parts(self) -> None:
-        pending = [p for p in self.parts if p.completed < p.size]
+        """Run the unfinished parts, each on a thread of its own holding one of this blob's PARTS_AT_ONCE and
+        one of the process's MAX_ACTIVE_PARTS slots, and watch the blob's rate while any runs."""
+        pending = deque(p for p in self.parts if p.completed < p.size)
         failures: list[BaseException] = []
+        running: list[threading.Thread] = []
+        rate = _RateWatch(self.client.options.min_rate, self.RATE_WINDOW)
 
         def work(part: Part) -> None:
             try:
@@ -278,16 +357,29 @@ class BlobDownload:
                 with self._lock:
                     failures.append(e)
                 self._stop.set()  # the others stop too: one failed part fails the blob
+            finally:
+                _part_slots.release()
+                self._part_ended.set()
 
-        if len(pending) == 1:
-            work(pending[0])  # one part (most blobs under 100 MB): no thread to start and join
-        else:
-            threads = [threading.Thread(target=work, args=(p,), name=f"pull-{self.digest[7:19]}-{p.n}", daemon=True)
-                       for p in pending]
-            for t in threads:
+        while True:
+            running = [t for t in running if t.is_alive()]
+            while (pending and len(running) < self.PARTS_AT_ONCE and not self._stop.is_set()
+                   and _part_slots.acquire(blocking=False)):
+                part = pending.popleft()
+                t = threading.Thread(target=work, args=(part,), name=f"pull-{self.digest[7:19]}-{part.n}",
+                                     daemon=True)
                 t.start()
-            for t in threads:
-                t.join()
+                running.append(t)
+            if not running and (not pending or self._stop.is_set()):
+                break
+            if not running:
+                rate.pause()  # waiting for a slot another download holds is not this registry being slow
+            elif (slow := rate.check(time.monotonic(), self._completed)) is not None:
+                with self._lock:
+                    failures.append(RegistryError(slow))
+                self._stop.set()
+            self._part_ended.wait(0.5)
+            self._part_ended.clear()
         if self._cancelled:
             raise _Stopped()
         real = [e for e in failures if not isinstance(e, _Stopped)]
@@ -326,7 +418,7 @@ class BlobDownload:
         headers = {"Range": f"bytes={start}-{end}"}
         for _ in range(self.MAX_REDIRECTS + 1):
             try:
-                resp = self.client.request("GET", url, headers=headers, stream=True, allow_redirects=False,
+                resp = self.client.request("GET", url, headers=headers, allow_redirects=False,
                                            timeout=(CONNECT_TIMEOUT, self.STALL_TIMEOUT), ok=_REDIRECTS)
             except TransportError as e:
                 raise _Retry(str(e)) from None
@@ -338,8 +430,8 @@ class BlobDownload:
                     raise _Retry(str(e)) from None
                 raise
             if resp.status_code in _REDIRECTS and "Location" in resp.headers:
-                location = urljoin(url, resp.headers["Location"])
                 resp.close()
+                location = self.client.follow(url, resp.headers["Location"])
                 if not self.client.is_registry(location):
                     self._direct_url = location
                 url = location
@@ -351,6 +443,10 @@ class BlobDownload:
         pos = part.offset + part.completed
         end = part.offset + part.size
         with self._open(pos, end - 1) as resp:
+            encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+            if encoding not in ("", "identity"):
+                raise RegistryError(f"registry sent the blob with Content-Encoding {encoding[:20]!r}, "
+                                    "not the bytes it names")
             if resp.status_code == 206:
                 skip = 0
             elif resp.status_code == 200:
@@ -415,6 +511,31 @@ class BlobDownload:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+class _RateWatch:
+    """The minimum-progress rule: over any `window` seconds of running parts, at least min_rate * window bytes."""
+
+    def __init__(self, min_rate: int, window: float) -> None:
+        self.min_rate = min_rate
+        self.window = window
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def pause(self) -> None:
+        self._samples.clear()
+
+    def check(self, now: float, completed: int) -> str | None:
+        """None while the rate holds; else why the download is too slow."""
+        if self.min_rate <= 0:
+            return None
+        self._samples.append((now, completed))
+        while len(self._samples) > 1 and now - self._samples[1][0] >= self.window:
+            self._samples.popleft()
+        since, before = self._samples[0]
+        if now - since < self.window or completed - before >= self.min_rate * self.window:
+            return None
+        return (f"download too slow: {human_bytes(completed - before)} in the last {self.window:.0f}s, below the "
+                f"minimum of {human_bytes(self.min_rate)}/s (OLLAMA_PY_PULL_MIN_RATE)")
 
 
 # -- sharing downloads between pulls ---------------------------------------------------------------------------

@@ -49,9 +49,13 @@ class Part:
         return cls(n, offset, size, completed)
 
 
-def plan_parts(total: int, *, count: int = 16, min_size: int = 100 * MB, max_size: int = 1000 * MB) -> list[Part]:
-    """Cut `total` bytes into parts of total/count bytes, clamped to [min_size, max_size]; the last is shorter."""
+def plan_parts(total: int, *, count: int = 16, min_size: int = 100 * MB, max_size: int = 1000 * MB,
+               max_parts: int | None = None) -> list[Part]:
+    """Cut `total` bytes into parts of total/count bytes, clamped to [min_size, max_size]; the last is shorter.
+    With `max_parts`, parts grow past max_size rather than number more than that."""
     size = min(max(total // count, min_size), max_size)
+    if max_parts is not None:
+        size = max(size, -(-total // max_parts))
     size = max(size, 1)
     return [Part(n, offset, min(size, total - offset)) for n, offset in enumerate(range(0, total, size))]
 
@@ -69,6 +73,16 @@ def check_parts(parts: list[Part], total: int) -> list[Part]:
     if sorted(p.n for p in parts) != list(range(len(parts))):
         raise ValueError("part numbers are not 0..n-1")
     return parts
+
+
+def human_bytes(n: int | float) -> str:
+    """Decimal units as Ollama prints sizes: "20 TB", "1.5 GB", "512 B"."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" or abs(value) >= 10 else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.0f} TB"  # unreachable
 
 
 def part_files(data_path: Path) -> list[Path]:

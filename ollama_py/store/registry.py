@@ -13,10 +13,17 @@ Progress objects are Ollama's, in Ollama's order:
 Blobs are downloaded by store/download.py (parallel ranged parts, resumable, verified before they get their
 name) and uploaded by store/upload.py. The manifest is written last, with the registry's bytes verbatim,
 and only after every blob it names is in the store. Blocking code: the server runs it in a thread.
+
+The registry is whatever host the model name says, so nothing it answers is trusted (store/registry_limits.py):
+bodies are read with a cap (a manifest at most 4 MiB once decoded, an error 64 KiB), redirects go only to
+https (or http for an http registry) and to public addresses unless the registry is local itself, at most 10
+of them, and an error from a host other than the registry says its status and host, never its page. Before
+a byte is written, the layers the store lacks must fit on its disk (store/download.py: check_disk_space).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import platform
@@ -26,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import requests
 import urllib3
@@ -38,6 +45,15 @@ from ollama_py.errors import ModelNotFound, NotFound, OllamaError, RegistryError
 from ollama_py.store.blobs import canonical_digest
 from ollama_py.store.manifests import MANIFEST_V2, InvalidManifest, Manifest
 from ollama_py.store.registry_auth import RegistryAuth
+from ollama_py.store.registry_limits import (
+    MAX_ERROR_BYTES,
+    MAX_MANIFEST_BYTES,
+    MAX_REDIRECTS,
+    REDIRECTS,
+    TargetPolicy,
+    read_body,
+    reason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +72,7 @@ class RegistryOptions:
     credential_files: tuple[Path, ...] = ()
     key_path: Path | None = None
     proxies_from_env: bool = field(default=True)  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY, as requests reads them
+    min_rate: int = 8 * 1024  # OLLAMA_PY_PULL_MIN_RATE: a blob download slower than this (bytes/s) fails
 
 
 class TransportError(RegistryError):
@@ -90,17 +107,20 @@ class RegistryClient:
             raise RegistryError("insecure protocol http")
         scheme = "http" if options.insecure or name.scheme == "http" else "https"
         self.name = name
+        self.options = options
         self.host = name.host
         self.base = f"{scheme}://{name.host}"
         self.repository = name.repository
+        self.targets = TargetPolicy(self.base)
         self.session = requests.Session()
         self.session.trust_env = options.proxies_from_env
         self.session.headers["User-Agent"] = USER_AGENT
+        self.session.headers["Accept-Encoding"] = "identity"  # bodies are read raw and capped (registry_limits)
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.auth = RegistryAuth(name.host, self.session, credential_files=options.credential_files,
-                                 key_path=options.key_path)
+                                 key_path=options.key_path, targets=self.targets)
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -128,20 +148,29 @@ class RegistryClient:
         """Whether `url` is on the registry itself (which gets our credentials), not a CDN it sent us to."""
         return urlsplit(url).netloc.lower() == urlsplit(self.base).netloc.lower()
 
+    def follow(self, current: str, location: str, what: str = "redirect") -> str:
+        """The absolute URL a Location header names, if the registry may send us there (RegistryError if not)."""
+        target = urljoin(current, location)
+        self.targets.check(target, what)
+        return target
+
     # -- requests ----------------------------------------------------------------------------------------
 
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None, data: Any = None,
-                stream: bool = False, allow_redirects: bool = True,
-                timeout: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
+                allow_redirects: bool = True, timeout: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
                 ok: Sequence[int] = ()) -> requests.Response:
-        """Send a request with the registry's authorization, answering up to two 401 challenges.
+        """Send a request with the registry's authorization, answering up to two 401 challenges. The response
+        is always streamed: read its body with registry_limits.read_body (or close it).
 
-        Errors, as Ollama reports them: 404 -> NotFound("file does not exist"); a 401 that survives the
-        challenge -> Unauthorized; other statuses >= 400 -> RegistryError("<code>: <registry message>");
-        transport failures -> RegistryError('<METHOD> "<url>": <reason>'). Statuses in `ok` are returned.
+        Redirects are followed here, each checked by `follow` (at most MAX_REDIRECTS); credentials go only
+        to the registry's own host. Errors, as Ollama reports them: 404 -> NotFound("file does not exist"); a
+        401 that survives the challenge -> Unauthorized; other statuses >= 400 -> RegistryError("<code>:
+        <registry message>"), from another host "<code> from <host>"; transport failures ->
+        RegistryError('<METHOD> "<url>": <reason>'). Statuses in `ok` are returned.
         """
-        own = self.is_registry(url)
-        for _attempt in range(3):
+        challenges = redirects = 0
+        while True:
+            own = self.is_registry(url)
             send = dict(headers or {})
             auth_header, generation = self.auth.header() if own else (None, 0)
             if auth_header:
@@ -149,25 +178,37 @@ class RegistryClient:
             if hasattr(data, "seek"):
                 data.seek(0)
             try:
-                resp = self.session.request(method, url, headers=send, data=data, stream=stream,
-                                            allow_redirects=allow_redirects, timeout=timeout)
+                resp = self.session.request(method, url, headers=send, data=data, stream=True,
+                                            allow_redirects=False, timeout=timeout)
             except requests.RequestException as e:
                 raise TransportError(f'{method} "{url}": {describe(e)}') from e
             if resp.status_code in ok:
                 return resp
-            if resp.status_code == 401 and own and _attempt < 2:
+            if resp.status_code == 401 and own and challenges < 2:
+                challenges += 1
                 resp.close()
                 self.auth.answer(resp, generation)
                 continue
+            if allow_redirects and resp.status_code in REDIRECTS and resp.headers.get("Location"):
+                resp.close()
+                if redirects >= MAX_REDIRECTS:
+                    raise RegistryError(f"maximum redirects exceeded ({MAX_REDIRECTS})")
+                redirects += 1
+                url = self.follow(url, resp.headers["Location"])
+                if resp.status_code in (301, 302, 303) and method not in ("GET", "HEAD"):
+                    method, data = "GET", None  # what browsers and requests do
+                continue
             if resp.status_code < 400:
                 return resp
-            raise _status_error(resp)
-        raise Unauthorized()  # unreachable: the loop returns or raises
+            raise _status_error(resp, own)
 
     def get_manifest(self, tag: str) -> bytes:
-        resp = self.request("GET", self.manifest_url(tag), headers={"Accept": MANIFEST_V2})
-        with resp:
-            return resp.content
+        url = self.manifest_url(tag)
+        with self.request("GET", url, headers={"Accept": MANIFEST_V2}) as resp:
+            try:
+                return read_body(resp, MAX_MANIFEST_BYTES, "manifest")
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
+                raise TransportError(f'GET "{url}": {describe(e)}') from None
 
     def put_manifest(self, tag: str, raw: bytes) -> None:
         self.request("PUT", self.manifest_url(tag), headers={"Content-Type": MANIFEST_V2}, data=raw).close()
@@ -180,34 +221,43 @@ class RegistryClient:
         return True
 
 
-def _status_error(resp: requests.Response) -> OllamaError:
+def _status_error(resp: requests.Response, own: bool = True) -> OllamaError:
+    """The error for a status >= 400. Only the registry's own structured message is repeated: a host it
+    redirected us to is named with its status, and no page of anyone's becomes text a client can read."""
     with resp:
-        if resp.status_code == 404:
+        if resp.status_code == 404 and own:
             return NotFound("file does not exist")
-        if resp.status_code == 401:
+        if resp.status_code == 401 and own:
             return Unauthorized()
-        try:
-            text = resp.text if resp.request.method != "HEAD" else ""
-        except requests.RequestException:
-            text = ""
-    return RegistryStatusError(f"{resp.status_code}: {_registry_message(text) or resp.reason}", resp.status_code)
+        if not own:
+            host = urlsplit(resp.url).netloc
+            return RegistryStatusError(f"{resp.status_code} from {host}", resp.status_code)
+        text = b""
+        if resp.request.method != "HEAD":
+            try:
+                text = read_body(resp, MAX_ERROR_BYTES, "error")
+            except (RegistryError, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
+                text = b""  # too long, or broken: the status says enough
+    message = _registry_message(text) or reason(resp.status_code)
+    return RegistryStatusError(f"{resp.status_code}: {message}", resp.status_code)
 
 
-def _registry_message(text: str) -> str:
-    """The registry's own words: `{"errors":[{"code","message"}]}` as "CODE: message"; other bodies cut
-    short (an error must not become a way to read arbitrary pages through the server)."""
+def _registry_message(text: bytes) -> str:
+    """The registry's own words: `{"errors":[{"code","message"}]}` as "CODE: message", or `{"error": "..."}`,
+    at most 200 characters on one line; any other body is not repeated (an error must not become a way to
+    read arbitrary pages through the server)."""
     try:
         body = json.loads(text)
-        errors = body.get("errors") if isinstance(body, dict) else None
-        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
-            return "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors
-                             if isinstance(e, dict))
-        if isinstance(body, dict) and isinstance(body.get("error"), str):
-            return body["error"]
     except ValueError:
-        pass
-    text = " ".join(text.split())
-    return text[:200]
+        return ""
+    message = ""
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        message = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors
+                            if isinstance(e, dict))
+    elif isinstance(body, dict) and isinstance(body.get("error"), str):
+        message = body["error"]
+    return " ".join(message.split())[:200]
 
 
 # -- pull ---------------------------------------------------------------------------------------------------
@@ -219,7 +269,7 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
 
     An http:// name without `insecure` fails before anything is yielded ("insecure protocol http").
     """
-    from ollama_py.store.download import download_blob
+    from ollama_py.store.download import check_disk_space, download_blob
 
     previous: Manifest | None = None
     try:
@@ -238,7 +288,9 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
         except OllamaError as e:
             raise RegistryError(f"pull model manifest: {e}") from None
 
-        for layer in distinct_blobs(manifest):
+        layers = distinct_blobs(manifest)
+        check_disk_space(store.blobs, layers)  # before anything is written: the sizes are the registry's word
+        for layer in layers:
             yield from download_blob(client, store.blobs, layer, cancel=cancel)
 
     # Every blob was hashed before it got its name (download.py), so this step only says so.

@@ -23,12 +23,17 @@ registry.ollama.ai and hf.co answer a challenge with a token only when the token
 the machine's ed25519 key (~/.ollama/id_ed25519, created on first need): Ollama signs "GET,<token url>,<base64
 of the hex sha256 of an empty body>" and sends "<base64 public key>:<base64 signature>" with `ts` and `nonce`
 in the URL (store/signing.py).
+
+A token realm is the registry's word, so it is held to the registry's redirect rules (registry_limits.py:
+https, public addresses unless the registry is local); the token server's answer is read with a cap and its
+redirects are not followed.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import json
 import logging
 import os
@@ -40,8 +45,10 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
+import urllib3
 
-from ollama_py.errors import Unauthorized
+from ollama_py.errors import RegistryError, Unauthorized
+from ollama_py.store.registry_limits import MAX_TOKEN_BYTES, TargetPolicy, read_body, reason
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +211,9 @@ class RegistryAuth:
     """
 
     def __init__(self, host: str, session: requests.Session, *, credential_files: Sequence[Path] = (),
-                 key_path: Path | None = None, timeout: float = 30.0) -> None:
+                 key_path: Path | None = None, timeout: float = 30.0, targets: TargetPolicy | None = None) -> None:
         self.host = host.lower()
+        self._targets = targets
         self._session = session
         self._files = tuple(credential_files)
         self._key_path = key_path
@@ -262,6 +270,11 @@ class RegistryAuth:
             headers["Authorization"] = signing.token_request_authorization(key, url)
             return self._request_token(url, headers)
         url = token_url(challenge)
+        if self._targets is not None:
+            try:
+                self._targets.check(url, "token request")
+            except RegistryError as e:
+                raise Unauthorized(f"unauthorized: {e}") from None
         creds = load_credentials(self.host, self._files)
         if creds is not None:
             headers["Authorization"] = "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
@@ -269,16 +282,21 @@ class RegistryAuth:
 
     def _request_token(self, url: str, headers: dict[str, str]) -> str:
         try:
-            resp = self._session.get(url, headers=headers, timeout=self._timeout)
+            resp = self._session.get(url, headers=headers, timeout=self._timeout, stream=True,
+                                     allow_redirects=False)
         except requests.RequestException as e:
             raise Unauthorized(f"unauthorized: token request to {urlsplit(url).netloc} failed: {e}") from None
         with resp:
             if resp.status_code in (401, 403):
                 raise Unauthorized(self._refused_message())
-            if resp.status_code >= 400:
-                raise Unauthorized(f"unauthorized: token request failed: {resp.status_code} {resp.reason}")
+            if resp.status_code >= 300:
+                raise Unauthorized(f"unauthorized: token request failed: {resp.status_code} {reason(resp.status_code)}")
             try:
-                body = resp.json()
+                body = json.loads(read_body(resp, MAX_TOKEN_BYTES, "token server's answer"))
+            except RegistryError as e:
+                raise Unauthorized(f"unauthorized: {e}") from None
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
+                raise Unauthorized(f"unauthorized: token request to {urlsplit(url).netloc} failed: {e}") from None
             except ValueError:
                 raise Unauthorized("unauthorized: the token server's answer is not JSON") from None
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None

@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
 
@@ -134,7 +134,7 @@ class BlobUpload:
             start = _with_query(start, mount=self.digest, **{"from": mount_from})
         resp = self.client.request("POST", start)
         with resp:
-            location = _next_location(resp, start)
+            location = _next_location(self.client, resp, start)
             if resp.status_code == 201:
                 log.info("%s mounted from %s", self.digest[7:19], mount_from)
                 return
@@ -149,11 +149,11 @@ class BlobUpload:
             resp = self.client.request("PATCH", location, headers=headers, data=body, allow_redirects=False,
                                        ok=(307,))
             with resp:
-                next_location = _next_location(resp, location)
+                next_location = _next_location(self.client, resp, location)
                 if resp.status_code == 307:
                     # the registry wants the bytes in object storage: PUT them there, without our credentials
                     redirected = True
-                    target = urljoin(location, resp.headers["Location"])
+                    target = self.client.follow(location, resp.headers["Location"], "upload")
                     self.client.request("PUT", target, headers={"Content-Type": "application/octet-stream"},
                                         data=_FileSection(self.path, part.offset, part.size, self._count,
                                                           self._stop)).close()
@@ -195,13 +195,14 @@ class BlobUpload:
         return f"{outer.hexdigest()}-{len(parts)}"
 
 
-def _next_location(resp: requests.Response, current: str) -> str:
+def _next_location(client: RegistryClient, resp: requests.Response, current: str) -> str:
+    """Where the next upload request goes, checked like a redirect (registry_limits: no private hosts)."""
     location = resp.headers.get("Docker-Upload-Location") or resp.headers.get("Location")
     if not location:
         if resp.status_code in (201, 307):
             return current
         raise RegistryError("the registry did not say where to upload (no Location header)")
-    return urljoin(current, location)
+    return client.follow(current, location, "upload")
 
 
 def upload_blob(client: RegistryClient, blobs: BlobStore, layer: Layer, *,

@@ -447,8 +447,8 @@ def _can_mount_tmpfs() -> bool:
 
 
 def test_full_disk_aborts_cleanly(tmp_path: Path, registry: Any) -> None:
-    """The server's models directory is a 2 MB tmpfs (in a private mount namespace): a 3 MB blob fails with
-    "no space left on device", leaves nothing behind, and the space is free again for a 1 MB model."""
+    """The server's models directory is a 2 MB tmpfs (in a private mount namespace): a 3 MB blob is refused
+    before a byte is written ("not enough disk space"), leaves nothing behind, and a 1 MB model still fits."""
     if not _can_mount_tmpfs():
         pytest.skip("needs `unshare -rm` to give the server a small disk of its own")
     big = publish(registry, tmp_path, "test/big:1", 3 * 1000 * 1000)
@@ -476,7 +476,8 @@ def test_full_disk_aborts_cleanly(tmp_path: Path, registry: Any) -> None:
         r = requests.post(url + "/api/pull", json={"model": registry.model("test/big:1"), "insecure": True},
                           timeout=120)
         lines = [json.loads(line) for line in r.text.splitlines() if line.strip()]
-        assert "no space left on device" in lines[-1].get("error", ""), lines
+        assert lines[-1].get("error", "").startswith("not enough disk space: the model needs 3.0 MB, "), lines
+        assert not any("digest" in line for line in lines)  # no blob was started
         assert requests.head(f"{url}/api/blobs/{big.layers[0].digest}", timeout=10).status_code == 404
         assert requests.get(url + "/api/tags", timeout=10).json()["models"] == []
 

@@ -1,0 +1,152 @@
+"""What a registry may make us do: how much of its answers we read, and where it may send us.
+
+    read_body(resp, limit, what) -> bytes        a streamed response's body, at most `limit` bytes once decoded
+    TargetPolicy(base).check(url)                RegistryError unless the registry at `base` may send us to `url`
+
+A registry is whatever host a client names in a model name, so its answers are as trusted as the client:
+
+- Bodies are read raw and capped. A `Content-Encoding` we did not ask for (we send `Accept-Encoding:
+  identity`) is decoded here with the cap applied to the decoded bytes, so a 400 KB gzip bomb costs 400 KB,
+  not a gigabyte; encodings other than gzip and deflate are refused.
+- A redirect (or an upload Location, or a token realm) may point at https, or at http only when the registry
+  itself is spoken to over http; never at a loopback, private, link-local or otherwise non-public address
+  unless the registry itself is on one (a registry on 127.0.0.1 in tests, one on the LAN). Names are
+  resolved to decide; a name that does not resolve is let through (the connection fails on its own).
+  Known gap: a name that resolves differently when the connection is made (DNS rebinding) is not caught.
+- At most MAX_REDIRECTS redirects per request, as Ollama (10).
+"""
+
+from __future__ import annotations
+
+import http
+import ipaddress
+import socket
+import threading
+import zlib
+from urllib.parse import urlsplit
+
+import requests
+
+from ollama_py.errors import RegistryError
+
+MAX_MANIFEST_BYTES = 4 << 20  # docker distribution refuses manifests past 4 MiB too
+MAX_ERROR_BYTES = 64 << 10  # an error body: enough for {"errors": [...]}, never a page to hold
+MAX_TOKEN_BYTES = 256 << 10  # a token server's JSON answer (a JWT is a few KB)
+MAX_REDIRECTS = 10
+REDIRECTS = (301, 302, 303, 307, 308)
+_READ = 64 << 10
+
+
+class BodyTooLarge(RegistryError):
+    """A registry's answer was larger than we read."""
+
+
+def read_body(resp: requests.Response, limit: int, what: str) -> bytes:
+    """The body of a response opened with stream=True, decoded, at most `limit` bytes; BodyTooLarge past it.
+
+    Transport failures while reading (urllib3's errors, OSError) are the caller's to map."""
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    decoder: zlib._Decompress | None
+    if encoding in ("", "identity"):
+        decoder = None
+    elif encoding in ("gzip", "x-gzip"):
+        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding == "deflate":
+        decoder = zlib.decompressobj()
+    else:
+        raise RegistryError(f"{what}: unsupported Content-Encoding {encoding!r}")
+    length = resp.headers.get("Content-Length", "")
+    if decoder is None and length.isdigit() and int(length) > limit:
+        raise BodyTooLarge(f"{what} is too large ({int(length)} bytes, at most {limit})")
+    out = bytearray()
+    try:
+        while True:
+            data = resp.raw.read(_READ, decode_content=False)
+            if not data:
+                break
+            while data:
+                if decoder is None:
+                    out += data
+                    data = b""
+                else:
+                    # at most one byte past the limit, however much the compressed bytes would expand to
+                    out += decoder.decompress(data, limit + 1 - len(out))
+                    data = decoder.unconsumed_tail
+                if len(out) > limit:
+                    raise BodyTooLarge(f"{what} is too large (more than {limit} bytes)")
+    except zlib.error as e:
+        raise RegistryError(f"{what}: bad {encoding} encoding: {e}") from None
+    return bytes(out)
+
+
+def reason(code: int) -> str:
+    """The standard phrase for a status (a server's own reason phrase can be 64 KB of anything)."""
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return "unknown status"
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def _addresses(host: str, port: int) -> list[str] | None:
+    """The addresses `host` stands for; None when it does not resolve."""
+    try:
+        return [str(ipaddress.ip_address(host.strip("[]")))]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    return [str(info[4][0]) for info in infos]
+
+
+class TargetPolicy:
+    """Where the registry at `base` (scheme://host[:port]) may send us. Thread-safe; answers are cached."""
+
+    def __init__(self, base: str) -> None:
+        parts = urlsplit(base)
+        self.scheme = parts.scheme
+        self.host = (parts.hostname or "").lower()
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._local: bool | None = None
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, int], bool] = {}
+
+    @property
+    def registry_is_local(self) -> bool:
+        if self._local is None:
+            addresses = _addresses(self.host, self._port)
+            self._local = bool(addresses) and not all(_public(a) for a in addresses or ())
+        return self._local
+
+    def check(self, url: str, what: str = "redirect") -> None:
+        """RegistryError when `url` is not a place this registry may send us (message: scheme and host only)."""
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+        if not host:
+            raise RegistryError(f"registry {self.host}: refusing {what} to a URL without a host")
+        if scheme != "https" and not (scheme == "http" and self.scheme == "http"):
+            raise RegistryError(f"registry {self.host}: refusing {what} to {scheme}://{host} (only https)")
+        if self.registry_is_local:
+            return
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError:
+            raise RegistryError(f"registry {self.host}: refusing {what} to {host}: bad port") from None
+        key = (host, port)
+        with self._lock:
+            allowed = self._cache.get(key)
+        if allowed is None:
+            addresses = _addresses(host, port)
+            allowed = addresses is None or all(_public(a) for a in addresses)
+            with self._lock:
+                self._cache[key] = allowed
+        if not allowed:
+            raise RegistryError(f"registry {self.host}: refusing {what} to {host}, a local or private address")

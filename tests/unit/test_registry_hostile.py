@@ -1,0 +1,474 @@
+"""A registry that lies, bombs, trickles and redirects (issue 34 item 5): a pull from it fails with one clear line
+and leaves the store, the server's memory and its network reach as they were.
+
+The registry is an http.server on a loopback port in the test (`HostileRegistry`), answering each request with
+whatever the test's `answer` function writes. It also answers requests in proxy form (`GET http://host/...`),
+so a test can name the registry `registry.invalid` (a name that resolves nowhere, so not a local registry) and
+reach it through HTTP_PROXY: redirects to loopback addresses are then foreign and must be refused.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from ollama_py.api.names import parse_name
+from ollama_py.errors import OllamaError
+from ollama_py.store.download import BlobDownload
+from ollama_py.store.download_state import MB, plan_parts
+from ollama_py.store.manifests import CONFIG_V1, MANIFEST_V2, MEDIA_MODEL, Layer, Manifest
+from ollama_py.store.models import ModelStore
+from ollama_py.store.registry import RegistryOptions, pull_model, push_model
+from ollama_py.store.registry_limits import TargetPolicy
+
+TB = 1000 ** 4
+
+
+@dataclass
+class Seen:
+    method: str
+    host: str  # the Host the request was for (the proxy-form URL's, else the Host header)
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass
+class HostileRegistry:
+    """A loopback HTTP server; `answer(handler, seen)` writes each response (default: 404)."""
+
+    answer: Callable[[BaseHTTPRequestHandler, Seen], None] | None = None
+    seen: list[Seen] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                parts = urlsplit(self.path)
+                host = parts.netloc if parts.scheme else self.headers.get("Host", "")
+                seen = Seen(self.command, host, parts.path + (f"?{parts.query}" if parts.query else ""),
+                            dict(self.headers))
+                with registry._lock:
+                    registry.seen.append(seen)
+                    registry.in_flight += 1
+                    registry.max_in_flight = max(registry.max_in_flight, registry.in_flight)
+                try:
+                    if registry.answer is None:
+                        self.send_error(404)
+                    else:
+                        registry.answer(self, seen)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                finally:
+                    with registry._lock:
+                        registry.in_flight -= 1
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = _any
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.host = f"127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def requests_for(self, fragment: str) -> list[Seen]:
+        with self._lock:
+            return [s for s in self.seen if fragment in s.host + s.path]
+
+
+@pytest.fixture
+def hostile() -> Iterator[HostileRegistry]:
+    reg = HostileRegistry()
+    yield reg
+    reg.close()
+
+
+def reply(h: BaseHTTPRequestHandler, status: int, body: bytes = b"", **headers: str) -> None:
+    h.send_response(status)
+    for name, value in headers.items():
+        h.send_header(name.replace("_", "-"), value)
+    if "Content-Length" not in {n.replace("_", "-") for n in headers}:
+        h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    if h.command != "HEAD":
+        h.wfile.write(body)
+
+
+def manifest_bytes(layers: list[tuple[str, int]], config: tuple[str, int]) -> bytes:
+    return json.dumps({
+        "schemaVersion": 2, "mediaType": MANIFEST_V2,
+        "config": {"mediaType": CONFIG_V1, "digest": config[0], "size": config[1]},
+        "layers": [{"mediaType": MEDIA_MODEL, "digest": d, "size": n} for d, n in layers],
+    }).encode()
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+CONFIG = b'{"model_format":"gguf"}'
+
+
+def serve_blobs(h: BaseHTTPRequestHandler, seen: Seen, blobs: dict[str, bytes], manifest: bytes,
+                delay: float = 0.0) -> None:
+    """A plain registry: the manifest, and blobs with Range support."""
+    if "/manifests/" in seen.path:
+        reply(h, 200, manifest, Content_Type=MANIFEST_V2)
+        return
+    digest = seen.path.rsplit("/", 1)[-1]
+    data = blobs.get(digest)
+    if data is None:
+        reply(h, 404, b'{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]}')
+        return
+    time.sleep(delay)
+    rng = h.headers.get("Range")
+    if rng:
+        start, end = (int(x) for x in rng.split("=")[1].split("-"))
+        reply(h, 206, data[start:end + 1], Content_Range=f"bytes {start}-{end}/{len(data)}")
+    else:
+        reply(h, 200, data)
+
+
+def pull(models: Path, name: str, **options: Any) -> list[dict[str, Any]]:
+    """Run a pull as the server does; its progress lines, the last one {"error": ...} if it failed."""
+    lines: list[dict[str, Any]] = []
+    try:
+        for line in pull_model(ModelStore(models), parse_name(name), options=RegistryOptions(insecure=True,
+                                                                                              **options)):
+            lines.append(line)
+    except OllamaError as e:
+        lines.append({"error": str(e)})
+    return lines
+
+
+def pull_within(seconds: float, models: Path, name: str, **options: Any) -> list[dict[str, Any]]:
+    """pull() on a thread: a pull that does not end within `seconds` fails the test (it would hang)."""
+    out: list[list[dict[str, Any]]] = []
+    t = threading.Thread(target=lambda: out.append(pull(models, name, **options)), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert out, f"the pull did not end within {seconds}s"
+    return out[0]
+
+
+def store_files(models: Path) -> list[str]:
+    blobs = models / "blobs"
+    return sorted(os.listdir(blobs)) if blobs.is_dir() else []
+
+
+# -- sizes the registry claims -----------------------------------------------------------------------------------
+
+
+async def test_a_layer_larger_than_the_disk_is_refused_before_anything_is_written(fake_app, aiohttp_client,
+                                                                                   hostile: HostileRegistry):
+    manifest = manifest_bytes([("sha256:" + "a" * 64, 20 * TB)], (sha(CONFIG), len(CONFIG)))
+    hostile.answer = lambda h, seen: serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+    settings, app = fake_app()
+    client = await aiohttp_client(app)
+    before = store_files(settings.models)
+
+    r = await client.post("/api/pull", json={"model": f"{hostile.host}/evil/huge:1", "insecure": True})
+    lines = [json.loads(line) for line in (await r.text()).splitlines()]
+    assert lines[0] == {"status": "pulling manifest"}
+    assert lines[-1]["error"].startswith("not enough disk space: the model needs 20 TB, "), lines
+    assert store_files(settings.models) == before  # not one part file
+    assert not hostile.requests_for("/blobs/")  # and not one blob request
+
+    r = await client.post("/api/pull", json={"model": f"{hostile.host}/evil/huge:1", "insecure": True,
+                                             "stream": False})
+    assert r.status == 500  # as Ollama answers any failed non-streamed pull
+    assert (await r.json())["error"].startswith("not enough disk space")
+
+
+def test_parts_threads_and_connections_are_bounded(tmp_path: Path, hostile: HostileRegistry,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    """A blob cut into 1 KB parts: 300 KB would be 300 part files and 300 connections at once."""
+    monkeypatch.setattr(BlobDownload, "MIN_PART_SIZE", 1000)
+    monkeypatch.setattr(BlobDownload, "MAX_PART_SIZE", 1000)
+    data = os.urandom(300 * 1000)
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+    part_files: list[int] = []
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if "/blobs/" in seen.path:
+            part_files.append(sum(re.search(r"-partial-\d+\Z", n) is not None
+                                  for n in store_files(tmp_path / "models")))
+        serve_blobs(h, seen, {sha(data): data, sha(CONFIG): CONFIG}, manifest, delay=0.02)
+
+    hostile.answer = answer
+    lines = pull_within(120, tmp_path / "models", f"{hostile.host}/test/many:1")
+    assert lines[-1] == {"status": "success"}, lines[-1]
+    assert ModelStore(tmp_path / "models").blobs.verify(sha(data))
+    assert max(part_files) <= BlobDownload.MAX_PARTS, max(part_files)
+    assert hostile.max_in_flight <= BlobDownload.PARTS_AT_ONCE, hostile.max_in_flight
+
+
+@pytest.mark.parametrize(("total", "count"), [
+    pytest.param(5 * MB, 1, id="small-one-part"),
+    pytest.param(16 * 1000 * MB, 16, id="16GB-16-parts"),
+    pytest.param(64 * 1000 * MB, 64, id="64GB-64-parts"),
+    pytest.param(2 * TB, 64, id="2TB-still-64"),
+    pytest.param(20 * TB, 64, id="20TB-still-64"),
+])
+def test_plan_parts_never_makes_more_than_max_parts(total: int, count: int):
+    parts = plan_parts(total, max_parts=64)
+    assert len(parts) == count
+    assert sum(p.size for p in parts) == total
+
+
+def test_a_failed_download_with_nothing_received_leaves_no_files(tmp_path: Path, hostile: HostileRegistry):
+    data = os.urandom(5000)
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if sha(data) in seen.path:
+            reply(h, 403, b'{"errors":[{"code":"DENIED","message":"requested access to the resource is denied"}]}')
+        else:
+            serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/denied:1")
+    assert lines[-1] == {"error": "403: DENIED: requested access to the resource is denied"}
+    assert not any("partial" in n for n in store_files(tmp_path / "models"))
+
+
+# -- bodies ------------------------------------------------------------------------------------------------------
+
+
+def bomb_manifest() -> bytes:
+    """A valid manifest padded with 64 MiB of spaces, gzipped to ~64 KB."""
+    padded = manifest_bytes([(sha(b"x"), 1)], (sha(CONFIG), len(CONFIG)))[:-1] + b" " * (64 << 20) + b"}"
+    return gzip.compress(padded, compresslevel=9)
+
+
+def test_a_gzip_bomb_manifest_is_refused(tmp_path: Path, hostile: HostileRegistry):
+    bomb = bomb_manifest()
+    assert len(bomb) < 200_000
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        reply(h, 200, bomb, Content_Type=MANIFEST_V2, Content_Encoding="gzip")
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/bomb:1")
+    assert lines[-1] == {"error": "pull model manifest: manifest is too large (more than 4194304 bytes)"}
+    assert hostile.seen[0].headers.get("Accept-Encoding") == "identity"
+
+
+def test_an_endless_manifest_is_cut_off(tmp_path: Path, hostile: HostileRegistry):
+    sent = []
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", MANIFEST_V2)
+        h.end_headers()  # no length: the body ends when the connection does, here after 64 MiB
+        chunk = b" " * (1 << 20)
+        for _ in range(64):
+            h.wfile.write(chunk)
+            sent.append(len(chunk))
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/endless:1")
+    assert lines[-1] == {"error": "pull model manifest: manifest is too large (more than 4194304 bytes)"}
+    assert sum(sent) < 64 << 20  # we hung up
+
+
+def test_a_compressed_manifest_within_the_limit_is_read(tmp_path: Path, hostile: HostileRegistry):
+    """A registry may gzip a manifest although we ask for identity (Go clients accept gzip): it still works."""
+    data = os.urandom(1000)
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if "/manifests/" in seen.path:
+            reply(h, 200, gzip.compress(manifest), Content_Type=MANIFEST_V2, Content_Encoding="gzip")
+        else:
+            serve_blobs(h, seen, {sha(data): data, sha(CONFIG): CONFIG}, manifest)
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/zipped:1")
+    assert lines[-1] == {"status": "success"}, lines
+    stored = ModelStore(tmp_path / "models").manifests.get(parse_name(f"{hostile.host}/test/zipped:1"))
+    assert stored.raw == manifest
+
+
+def test_an_error_page_is_not_repeated_to_the_client(tmp_path: Path, hostile: HostileRegistry):
+    page = b"<html>" + b"internal admin page: token=SECRET " * 3000 + b"</html>"
+    hostile.answer = lambda h, seen: reply(h, 500, page, Content_Type="text/html")
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/page:1")
+    assert lines[-1] == {"error": "pull model manifest: 500: Internal Server Error"}
+
+
+# -- slow blobs --------------------------------------------------------------------------------------------------
+
+
+def test_a_trickled_blob_fails_at_the_minimum_rate(tmp_path: Path, hostile: HostileRegistry,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    """A byte every 50 ms never trips the per-read stall timeout; the minimum-rate rule ends it."""
+    monkeypatch.setattr(BlobDownload, "RATE_WINDOW", 1.0)
+    data = os.urandom(100_000)
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+    stop = threading.Event()
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if sha(data) not in seen.path:
+            serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+            return
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        for i in range(len(data)):
+            if stop.wait(0.05):
+                return
+            h.wfile.write(data[i:i + 1])
+            h.wfile.flush()
+
+    hostile.answer = answer
+    try:
+        lines = pull_within(30, tmp_path / "models", f"{hostile.host}/test/trickle:1", min_rate=1000)
+    finally:
+        stop.set()
+    assert lines[-1]["error"].startswith("download too slow: "), lines[-1]
+    assert "below the minimum of 1.0 KB/s (OLLAMA_PY_PULL_MIN_RATE)" in lines[-1]["error"]
+    # bytes arrived: the partial download stays, to resume (its size fit on the disk)
+    assert any(n.endswith("-partial") for n in store_files(tmp_path / "models"))
+
+
+# -- redirects ---------------------------------------------------------------------------------------------------
+
+
+def test_a_redirect_target_s_page_is_not_repeated_to_the_client(tmp_path: Path, hostile: HostileRegistry,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(BlobDownload, "BACKOFF", 0.01)
+    other = HostileRegistry(answer=lambda h, seen: reply(h, 403, b"<h1>router admin</h1> password=SECRET"))
+    data = os.urandom(1000)
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if sha(data) in seen.path:
+            reply(h, 307, Location=f"http://{other.host}/admin")
+        else:
+            serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+
+    hostile.answer = answer
+    try:
+        lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/cdn:1")
+    finally:
+        other.close()
+    assert lines[-1] == {"error": f"max retries exceeded: 403 from {other.host}"}
+
+
+def test_redirects_are_capped_at_ten(tmp_path: Path, hostile: HostileRegistry):
+    hostile.answer = lambda h, seen: reply(h, 302, Location=seen.path)
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/loop:1")
+    assert lines[-1] == {"error": "pull model manifest: maximum redirects exceeded (10)"}
+    assert len(hostile.seen) == 11
+
+
+@pytest.fixture
+def named_registry(hostile: HostileRegistry, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The hostile registry as `registry.invalid` (reached through it as an HTTP proxy): a registry that is
+    not itself on a local address, so a local address is foreign to it."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://{hostile.host}")
+    monkeypatch.setenv("http_proxy", f"http://{hostile.host}")
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    return "registry.invalid"
+
+
+def test_a_redirect_to_a_local_address_is_refused(tmp_path: Path, hostile: HostileRegistry, named_registry: str):
+    data = os.urandom(1000)
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if sha(data) in seen.path:
+            reply(h, 307, Location="http://127.0.0.1:6379/internal")
+        else:
+            serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{named_registry}/test/ssrf:1")
+    assert lines[-1] == {"error": "registry registry.invalid: refusing redirect to 127.0.0.1, a local or private "
+                                  "address"}, lines
+    assert not hostile.requests_for("127.0.0.1:6379")
+    assert not any("partial" in n for n in store_files(tmp_path / "models"))
+
+
+def test_a_token_realm_on_a_local_address_is_refused(tmp_path: Path, hostile: HostileRegistry, named_registry: str):
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        reply(h, 401, WWW_Authenticate='Bearer realm="http://169.254.169.254/latest/meta-data",service="x"')
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{named_registry}/test/realm:1")
+    assert lines[-1] == {"error": "pull model manifest: unauthorized: registry registry.invalid: refusing token "
+                                  "request to 169.254.169.254, a local or private address"}, lines
+    assert not hostile.requests_for("169.254.169.254")
+
+
+def test_an_upload_location_on_a_local_address_is_refused(tmp_path: Path, hostile: HostileRegistry,
+                                                          named_registry: str):
+    store = ModelStore(tmp_path / "models")
+    weights, size = store.blobs.write_bytes(os.urandom(2000))
+    config, config_size = store.blobs.write_bytes(CONFIG)
+    name = parse_name(f"{named_registry}/test/push:1")
+    store.put_manifest(name, Manifest.build(Layer(CONFIG_V1, config, config_size), [Layer(MEDIA_MODEL, weights, size)]))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if seen.method == "POST":
+            reply(h, 202, Location="http://127.0.0.1:6379/upload", Docker_Upload_UUID="u")
+        else:
+            reply(h, 404)  # HEAD: the registry lacks the blob
+
+    hostile.answer = answer
+    with pytest.raises(OllamaError) as e:
+        for _ in push_model(store, name, options=RegistryOptions(insecure=True)):
+            pass
+    assert str(e.value) == "registry registry.invalid: refusing upload to 127.0.0.1, a local or private address"
+    assert not hostile.requests_for("127.0.0.1:6379")
+
+
+@pytest.mark.parametrize(("base", "target", "allowed"), [
+    pytest.param("https://registry.invalid", "https://8.8.8.8/blob", True, id="public-https"),
+    pytest.param("https://registry.invalid", "http://8.8.8.8/blob", False, id="http-from-https"),
+    pytest.param("http://registry.invalid", "http://8.8.8.8/blob", True, id="http-from-http"),
+    pytest.param("https://registry.invalid", "ftp://8.8.8.8/blob", False, id="ftp"),
+    pytest.param("https://registry.invalid", "https://127.0.0.1/x", False, id="loopback"),
+    pytest.param("https://registry.invalid", "https://10.1.2.3/x", False, id="private-10"),
+    pytest.param("https://registry.invalid", "https://192.168.1.1/x", False, id="private-192"),
+    pytest.param("https://registry.invalid", "https://169.254.169.254/x", False, id="link-local-metadata"),
+    pytest.param("https://registry.invalid", "https://[::1]/x", False, id="ipv6-loopback"),
+    pytest.param("https://registry.invalid", "https://[::ffff:127.0.0.1]/x", False, id="ipv4-mapped-loopback"),
+    pytest.param("https://registry.invalid", "https://[fe80::1]/x", False, id="ipv6-link-local"),
+    pytest.param("https://registry.invalid", "https://0.0.0.0/x", False, id="unspecified"),
+    pytest.param("https://registry.invalid", "https://localhost/x", False, id="localhost-name"),
+    pytest.param("http://127.0.0.1:5000", "http://127.0.0.1:9999/x", True, id="local-registry-may"),
+    pytest.param("http://10.0.0.5:5000", "https://192.168.0.9/x", True, id="lan-registry-may"),
+])
+def test_target_policy(base: str, target: str, allowed: bool):
+    policy = TargetPolicy(base)
+    try:
+        policy.check(target)
+    except OllamaError as e:
+        assert not allowed, e
+    else:
+        assert allowed
