@@ -188,6 +188,8 @@ class Settings:
     max_body_bytes: int = 64 * 1024 * 1024
     max_connections: int = 0  # OLLAMA_PY_MAX_CONNECTIONS; 0: half the open-file limit, at most 16384
     read_timeout: float = 30.0  # OLLAMA_PY_READ_TIMEOUT: a request head, or a pause in a body, may take this long
+    # OLLAMA_PY_PULL_MIN_RATE: bytes/s a blob download must average over each minute, or the pull fails; 0: none
+    pull_min_rate: int = 8 * 1024
     data_dir: Path = field(default_factory=data_dir)
     config_file: Path | None = None  # the TOML file these came from in part (config_file.py), watched by serve
 
@@ -244,5 +246,6 @@ class Settings:
             rpc_servers=tuple(s.strip() for s in _var(env, "OLLAMA_RPC_SERVERS").split(",") if s.strip()),
             max_connections=_uint(env, "OLLAMA_PY_MAX_CONNECTIONS", 0),
             read_timeout=read_timeout if read_timeout > 0 else FOREVER,
+            pull_min_rate=_uint(env, "OLLAMA_PY_PULL_MIN_RATE", 8 * 1024),
         )
         return replace(settings, **overrides) if overrides else settings

@@ -184,6 +184,8 @@ SERVER_FIELDS: tuple[ServerField, ...] = (
     ServerField("rpc_servers", ("OLLAMA_RPC_SERVERS",), "rpc_servers", _strings, "llama.cpp RPC workers"),
     ServerField("max_connections", ("OLLAMA_PY_MAX_CONNECTIONS",), "max_connections", _uint,
                 "0: half the open-file limit"),
+    ServerField("pull_min_rate", ("OLLAMA_PY_PULL_MIN_RATE",), "pull_min_rate", _uint,
+                "bytes/s a pull's blob must average over each minute; 0: no minimum"),
 )
 SERVER_BY_NAME = {f.name: f for f in SERVER_FIELDS}
 

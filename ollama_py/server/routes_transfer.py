@@ -36,6 +36,7 @@ def registry_options(request: web.Request, insecure: bool) -> RegistryOptions:
         insecure=insecure,
         credential_files=(settings.data_dir / "registries.json", home / ".docker" / "config.json"),
         key_path=home / ".ollama" / "id_ed25519",
+        min_rate=settings.pull_min_rate,
     )
 
 

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ollama_py.api.names import parse_name
+from ollama_py.config import Settings
 from ollama_py.errors import OllamaError
 from ollama_py.store.download import BlobDownload
 from ollama_py.store.download_state import MB, plan_parts
@@ -352,6 +353,33 @@ def test_a_trickled_blob_fails_at_the_minimum_rate(tmp_path: Path, hostile: Host
     assert "below the minimum of 1.0 KB/s (OLLAMA_PY_PULL_MIN_RATE)" in lines[-1]["error"]
     # bytes arrived: the partial download stays, to resume (its size fit on the disk)
     assert any(n.endswith("-partial") for n in store_files(tmp_path / "models"))
+
+
+async def test_the_minimum_rate_is_the_server_s_setting(fake_app, aiohttp_client, hostile: HostileRegistry,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(BlobDownload, "RATE_WINDOW", 1.0)
+    data = os.urandom(50_000)
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if sha(data) not in seen.path:
+            serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+            return
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data[:1000])  # 1 KB, then 1 KB/s: under the 2 KB/s the server asks for
+        for i in range(1000, len(data), 1000):
+            time.sleep(1.0)
+            h.wfile.write(data[i:i + 1000])
+
+    hostile.answer = answer
+    settings, app = fake_app(pull_min_rate=2000)
+    assert Settings.from_env({"OLLAMA_PY_PULL_MIN_RATE": "2000"}).pull_min_rate == 2000
+    client = await aiohttp_client(app)
+    r = await client.post("/api/pull", json={"model": f"{hostile.host}/test/slow:1", "insecure": True})
+    lines = [json.loads(line) for line in (await r.text()).splitlines()]
+    assert "below the minimum of 2.0 KB/s (OLLAMA_PY_PULL_MIN_RATE)" in lines[-1]["error"], lines[-1]
 
 
 # -- redirects ---------------------------------------------------------------------------------------------------
