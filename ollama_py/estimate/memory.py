@@ -44,8 +44,21 @@ from ollama_py.estimate.gpus import GpuInfo
 from ollama_py.store.gguf_meta import read_gguf_info
 
 MiB = 1024 * 1024
-# Room llama.cpp / the driver need on a GPU beyond our buffers (CUDA context, cuBLAS workspace; Metal).
-GPU_MINIMUM = {"cuda": 457 * MiB, "metal": 512 * MiB}
+# What each runner needs on every GPU it uses beyond its buffers, by device kind: the CUDA context and cuBLAS's
+# workspace (nvidia-smi per process less llama-server's buffers on an H200: 555, 523 and 448 MiB for models of
+# SmolLM2-135M, Llama-3.2-1B and Llama-3-8B shape; Ollama keeps 457 MiB per CUDA/ROCm GPU, under the largest of
+# those), Metal's 512 MiB (Ollama's). Vulkan: Ollama keeps none; 256 MiB, not yet measured, and none on Mesa's
+# software device (llvmpipe: host memory, no driver context). Reserved per runner: `place` leaves it free on each
+# GPU it fills and Placement.reserve says how much, which the scheduler counts as that runner's (a second runner on
+# the same GPU needs its own).
+GPU_MINIMUM = {"cuda": 560 * MiB, "rocm": 560 * MiB, "vulkan": 256 * MiB, "metal": 512 * MiB}
+
+
+def runner_reserve(gpu: GpuInfo) -> int:
+    """GPU_MINIMUM for this device: what one runner's own context takes there beyond its buffers."""
+    if gpu.library == "vulkan" and "llvmpipe" in gpu.name.lower():
+        return 0
+    return GPU_MINIMUM.get(gpu.library, 0)
 # Bytes per element of the KV cache types llama-server accepts (block size / bytes per block for quants).
 KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
             "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
@@ -464,8 +477,9 @@ def place(
     """Decide `--n-gpu-layers`, the GPUs and `--tensor-split` for one model. Pure; never logs.
 
     - num_gpu 0 or no GPU: CPU. num_gpu > 0 asks for that many layers whether or not they fit.
-    - Otherwise all block_count+1 layers when they fit in free VRAM minus `overhead`, the per-GPU minimum
-      and a compute buffer per GPU; else as many as fit, taken from the last block down.
+    - Otherwise all block_count+1 layers when they fit in free VRAM minus `overhead`, the runner's context
+      (GPU_MINIMUM, per GPU it uses; Placement.reserve) and a compute buffer per GPU; else as many as fit, taken
+      from the last block down.
     - Several GPUs: the single GPU with the most free memory that holds everything (main_gpu first when
       given), unless `spread`; else contiguous runs over the GPUs split by free memory.
     """
@@ -479,7 +493,7 @@ def place(
     want = min(num_gpu, max_layers) if num_gpu > 0 else max_layers
 
     def budget(g: GpuInfo, first: bool) -> int:
-        return g.free - overhead - GPU_MINIMUM.get(g.library, 0) - est.graph - (est.projector if first else 0)
+        return g.free - overhead - runner_reserve(g) - est.graph - (est.projector if first else 0)
 
     if not spread or len(gpus) == 1:
         order = sorted(gpus, key=lambda g: (g.index != main_gpu, -g.free, g.index))
@@ -554,6 +568,9 @@ def _result(
     # With several GPUs visible, an explicit split (zeros for unused GPUs) keeps llama.cpp from spreading
     # the layers over every device by free memory, its default.
     split = [float(counts.get(g.index, 0)) for g in sorted(gpus, key=lambda g: g.index)] if len(gpus) > 1 else None
+    by_index = {g.index: g for g in gpus}
+    reserve = sum(runner_reserve(by_index[i]) for i in counts if i in by_index)
+    context = ", ".join(f"{runner_reserve(by_index[i]) // MiB} MiB on GPU {i}" for i in counts if i in by_index)
     return Placement(
         n_gpu_layers=k,
         gpu_indices=list(counts),
@@ -564,7 +581,8 @@ def _result(
         gpu_bytes=tuple(gpu_bytes),
         host_bytes=host,
         fits=system_free is None or host <= system_free,
-        reason=why,
+        reason=f"{why}; the runner's context reserved: {context}" if reserve else why,
+        reserve=reserve,
     )
 
 

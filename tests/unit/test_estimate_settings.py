@@ -15,7 +15,7 @@ from ollama_py.config import Settings
 from ollama_py.errors import ConfigError
 from ollama_py.estimate import devices
 from ollama_py.estimate.gpus import GpuInfo
-from ollama_py.estimate.memory import KV_BYTES, ModelShape, estimate, place, shape_from_gguf
+from ollama_py.estimate.memory import GPU_MINIMUM, KV_BYTES, ModelShape, estimate, place, shape_from_gguf
 from ollama_py.scheduler import model_settings as msettings
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.scheduler.scheduler import LoadPlan
@@ -32,7 +32,7 @@ def moe(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[
 
 
 def gpu(index: int, free: int, name: str = "Vulkan") -> GpuInfo:
-    """A GPU as runner_gpus makes one from --list-devices (Vulkan: no driver minimum to subtract)."""
+    """A GPU as runner_gpus makes one from --list-devices."""
     return GpuInfo(index, f"{name}{index}", "fake", "vulkan", 2 * free, free, "", "")
 
 
@@ -76,7 +76,8 @@ def test_cpu_moe_lets_every_layer_fit_where_the_experts_would_not(moe) -> None:
     path, _ = moe
     shape = shape_from_gguf(path)
     est = estimate(shape, num_ctx=256, flash_attn=True, n_cpu_moe=msettings.ALL_LAYERS)
-    room = est.graph + sum(est.offloaded_layers) + est.output_layer + 1024  # all but the experts, and a little
+    # all but the experts, the runner's context, and a little
+    room = est.graph + sum(est.offloaded_layers) + est.output_layer + GPU_MINIMUM["vulkan"] + 1024
     without = place(estimate(shape, num_ctx=256, flash_attn=True), [gpu(0, room)])
     assert without.n_gpu_layers < BLOCKS + 1
     assert place(est, [gpu(0, room)]).n_gpu_layers == BLOCKS + 1

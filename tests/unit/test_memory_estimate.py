@@ -6,7 +6,6 @@ for SmolLM2-135M and Gemma 3 270M; bench/results/memory.md has the runs.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from ollama_py.errors import InvalidOption
 from ollama_py.estimate.gpus import GpuInfo
 from ollama_py.estimate.memory import (
+    GPU_MINIMUM,
     Estimate,
     MiB,
     ModelShape,
@@ -181,7 +181,8 @@ EST = Estimate(
     input_weights=40 * MiB, weights=1090 * MiB, kv=100 * MiB, graph=20 * MiB, graph_host=2 * MiB,
     output_buffer=1 * MiB, projector=0, repack=0, n_ctx=4096, n_batch=512,
 )
-FULL_NEED = (10 * 110 + 50 + 20 + 457) * MiB  # every layer + graph + CUDA minimum
+RESERVE = GPU_MINIMUM["cuda"] // MiB  # the runner's CUDA context (560 MiB)
+FULL_NEED = (10 * 110 + 50 + 20 + RESERVE) * MiB  # every layer + graph + the runner's CUDA context
 
 
 def cuda(index: int, free_mib: float) -> GpuInfo:
@@ -194,12 +195,15 @@ def cuda(index: int, free_mib: float) -> GpuInfo:
     [
         pytest.param([], {}, 0, [], None, None, id="no-gpu"),
         pytest.param([cuda(0, 8192)], {}, 11, [0], None, 0, id="one-large"),
-        pytest.param([cuda(0, 1000)], {}, 5, [0], None, 0, id="one-small-partial"),  # 523 MiB: output + 4 blocks
-        pytest.param([cuda(0, 480)], {}, 0, [], None, None, id="too-small-for-one-layer"),
-        pytest.param([cuda(0, 1000), cuda(1, 4000)], {}, 11, [1], [0.0, 11.0], 1, id="two-unequal-best-one"),
-        pytest.param([cuda(0, 1000), cuda(1, 1200)], {}, 11, [0, 1], [4.0, 7.0], None, id="two-unequal-split"),
+        # 523 MiB beside the reserve and the graph: output + 4 blocks
+        pytest.param([cuda(0, RESERVE + 543)], {}, 5, [0], None, 0, id="one-small-partial"),
+        pytest.param([cuda(0, RESERVE + 23)], {}, 0, [], None, None, id="too-small-for-one-layer"),
+        pytest.param([cuda(0, RESERVE + 543), cuda(1, 4000)], {}, 11, [1], [0.0, 11.0], 1, id="two-unequal-best-one"),
+        pytest.param([cuda(0, RESERVE + 543), cuda(1, RESERVE + 743)], {}, 11, [0, 1], [4.0, 7.0], None,
+                     id="two-unequal-split"),
         # 423 MiB each: contiguous runs of 3 blocks, then 3 blocks + output (by free memory would be 4 + 3)
-        pytest.param([cuda(0, 900), cuda(1, 900)], {}, 7, [0, 1], [3.0, 4.0], None, id="two-small-partial-split"),
+        pytest.param([cuda(0, RESERVE + 443), cuda(1, RESERVE + 443)], {}, 7, [0, 1], [3.0, 4.0], None,
+                     id="two-small-partial-split"),
         pytest.param([cuda(0, 4000), cuda(1, 8000)], {"spread": True}, 11, [0, 1], [4.0, 7.0], None, id="spread"),
         pytest.param([cuda(0, 4000), cuda(1, 8000)], {"main_gpu": 0}, 11, [0], [11.0, 0.0], 0, id="main-gpu"),
         pytest.param([cuda(0, 4000), cuda(1, 8000)], {"main_gpu": 0, "spread": True}, 11, [0, 1], [4.0, 7.0], 0,
@@ -208,7 +212,7 @@ def cuda(index: int, free_mib: float) -> GpuInfo:
         pytest.param([cuda(0, 1000)], {"num_gpu": 8}, 8, [0], None, 0, id="num-gpu-more-than-fits"),
         pytest.param([cuda(0, 8192)], {"num_gpu": 3}, 3, [0], None, 0, id="num-gpu-fewer"),
         pytest.param([cuda(0, 8192)], {"num_gpu": 99}, 11, [0], None, 0, id="num-gpu-capped"),
-        pytest.param([cuda(0, 1000)], {"overhead": 100 * MiB}, 4, [0], None, 0, id="overhead"),
+        pytest.param([cuda(0, RESERVE + 543)], {"overhead": 100 * MiB}, 4, [0], None, 0, id="overhead"),
     ],
 )
 def test_place(gpus: list[GpuInfo], kw: dict, layers: int, indices: list[int], split: list[float] | None,
@@ -217,24 +221,40 @@ def test_place(gpus: list[GpuInfo], kw: dict, layers: int, indices: list[int], s
     assert (p.n_gpu_layers, p.gpu_indices, p.tensor_split, p.main_gpu) == (layers, indices, split, main)
     by_index = {g.index: g for g in gpus}
     for index, used in zip(p.gpu_indices, p.gpu_bytes, strict=True):
-        if kw.get("num_gpu", -1) < 0:  # chosen by fit: every GPU keeps its minimum and the overhead free
-            assert used <= by_index[index].free - 457 * MiB - kw.get("overhead", 0)
+        if kw.get("num_gpu", -1) < 0:  # chosen by fit: every GPU keeps the runner's context and the overhead free
+            assert used <= by_index[index].free - RESERVE * MiB - kw.get("overhead", 0)
+    assert p.reserve == RESERVE * MiB * len(p.gpu_indices)
     if split is not None:
         assert sum(split) == layers
 
 
-def test_metal_keeps_more_free_than_cuda() -> None:
-    metal = GpuInfo(0, "0", "Metal", "metal", FULL_NEED, FULL_NEED, "", "")
-    cuda_gpu = replace(metal, library="cuda")
-    assert place(EST, [cuda_gpu], system_free=64 * GiB).n_gpu_layers == 11
-    assert place(EST, [metal], system_free=64 * GiB).n_gpu_layers == 10  # 512 MiB minimum instead of 457
+@pytest.mark.parametrize(("library", "name", "reserve_mib"), [
+    pytest.param("cuda", "NVIDIA H200", 560, id="cuda"),
+    pytest.param("rocm", "AMD Instinct", 560, id="rocm"),
+    pytest.param("metal", "Apple M3", 512, id="metal"),
+    pytest.param("vulkan", "NVIDIA H200", 256, id="vulkan"),
+    pytest.param("vulkan", "llvmpipe (LLVM 15.0.6, 256 bits)", 0, id="vulkan-software"),
+])
+def test_the_plan_holds_each_runners_context_on_its_gpu(library: str, name: str, reserve_mib: int) -> None:
+    """Every layer goes to the GPU only when the runner's own context fits beside them (per device kind), and the
+    placement says what it reserved, for the scheduler and the log."""
+    buffers = (10 * 110 + 50 + 20) * MiB  # every layer + the graph
+
+    def on(free: int):
+        return place(EST, [GpuInfo(0, "GPU-0", name, library, 2 * free, free, "", "")], system_free=64 * GiB)
+
+    enough = on(buffers + reserve_mib * MiB)
+    assert enough.n_gpu_layers == 11 and enough.reserve == reserve_mib * MiB
+    if reserve_mib:
+        assert f"the runner's context reserved: {reserve_mib} MiB on GPU 0" in enough.reason
+        assert on(buffers + reserve_mib * MiB - 1).n_gpu_layers == 10  # one byte short: a layer stays on the CPU
 
 
 def test_sizes_for_ps() -> None:
     cpu = place(EST, [], system_free=64 * GiB)
     assert (cpu.size, cpu.size_vram) == (EST.total, 0) == (1211 * MiB, 0)
 
-    partial = place(EST, [cuda(0, 1000)], system_free=64 * GiB)  # output + 4 blocks on the GPU
+    partial = place(EST, [cuda(0, RESERVE + 543)], system_free=64 * GiB)  # output + 4 blocks on the GPU
     assert partial.size_vram == (50 + 4 * 110 + 20) * MiB
     assert partial.host_bytes == (40 + 6 * 110 + 20 + 1) * MiB
     assert partial.size == partial.size_vram + partial.host_bytes
