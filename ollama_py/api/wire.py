@@ -71,6 +71,7 @@ class Metrics(TypedDict, total=False):
     eval_count: int
     eval_duration: int
     prompt_truncated: bool  # ours: the prompt was cut to fit num_ctx (server/truncation.py); absent when not
+    context_shifted: bool  # ours: the answer reached the end of num_ctx, shifted past it (shift); absent when not
 
 
 class PromptProgress(TypedDict):
@@ -143,6 +144,7 @@ class ProcessModelResponse(TypedDict):
     state: str  # ours: "loading" | "ready" | "stopping"
     queued: int  # ours: requests waiting for a slot
     active: int  # ours: requests holding one
+    cache_ram: NotRequired[int]  # ours: bytes the runner's host prompt cache may hold (--cache-ram), part of size
     devices: NotRequired[dict[str, int]]  # ours: bytes llama-server put on each device (CPU, CUDA0, RPC0[host:port])
 
 

@@ -29,10 +29,13 @@ class LaunchSpec:
     tensor_split: tuple[float, ...] = ()
     rpc_servers: tuple[str, ...] = ()
     num_keep: int | None = None
+    context_shift: bool = True  # an answer that reaches the end of the context shifts it and goes on (Ollama's)
     metrics: bool = True
     draft_model: Path | None = None  # speculative decoding with this draft model (a DRAFT layer)
     draft_ngram: bool = False  # prompt-lookup speculation: drafts from n-grams already in the context
     draft_max: int | None = None  # tokens drafted per step (Ollama's draft_num_predict)
+    cache_ram_mib: int | None = None  # --cache-ram: the host prompt cache's cap (0: off); None: llama-server's 8 GiB
+    slot_save_path: Path | None = None  # --slot-save-path: where slots are saved at unload (runner/slot_cache.py)
     extra: tuple[str, ...] = field(default=())
 
 
@@ -97,10 +100,19 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         argv += ["--tensor-split", ",".join(f"{x:g}" for x in spec.tensor_split)]
     if spec.rpc_servers:
         argv += ["--rpc", ",".join(spec.rpc_servers)]
+    if spec.context_shift:
+        # off by default in llama-server: an answer would stop at the end of the context. Ollama starts its
+        # runners with it (a request's shift: false stops there instead: server/completion.py); llama-server turns
+        # it off itself where the model's memory cannot shift (a projector, recurrent state)
+        argv += ["--context-shift"]
     if spec.num_keep is not None and spec.num_keep >= 0:
         argv += ["--keep", str(spec.num_keep)]
     if spec.metrics:
         argv += ["--metrics"]
+    if spec.cache_ram_mib is not None:
+        argv += ["--cache-ram", str(spec.cache_ram_mib)]
+    if spec.slot_save_path is not None:
+        argv += ["--slot-save-path", str(spec.slot_save_path)]
     argv += speculation_args(spec)
     argv += list(spec.extra)
     return argv

@@ -48,6 +48,9 @@ _SAMPLING = {
     "num_keep": "n_keep",
 }
 _STOP_REASONS = {"eos": "stop", "word": "stop", "limit": "length", "none": "stop"}
+# An open-ended answer (num_predict -1) still gets a finite budget, several contexts long, as Ollama gives it:
+# with context shift a model that never says EOS would otherwise never stop.
+OPEN_ENDED_CONTEXTS = 10
 
 
 @dataclass(slots=True)
@@ -68,6 +71,7 @@ class CompletionRequest:
     started: float = field(default_factory=time.perf_counter)
     lane: Lane | None = None  # the per-token fast path, for a streamed response (server/streaming.py)
     truncate: bool = True  # a prompt longer than the context is cut to fit (False: refused with a 400)
+    shift: bool = True  # at the end of the context, shift it and go on (False: stop there, done_reason "length")
     progress: bool = False  # stream prompt-processing progress (Delta.progress) before the first token
 
     @property
@@ -102,6 +106,7 @@ class Final:
     stop_word: str | None = None  # the stop sequence that ended the text (Anthropic's stop_sequence)
     thinking: str = ""
     prompt_truncated: int = 0  # prompt tokens dropped to fit the context (server/truncation.py)
+    context_shifted: bool = False  # the answer reached the end of the context, which was shifted to go on
 
 
 def completion_body(options: dict[str, Any], fmt: Any) -> dict[str, Any]:
@@ -260,10 +265,11 @@ class _Split:
 
 
 def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any],
-                 thinking: ThinkingParser | None) -> dict[str, Any]:
+                 thinking: ThinkingParser | None, n_ctx: int) -> dict[str, Any]:
     """llama-server's /completion request."""
     body = completion_body(req.options, req.format)
     body["prompt"] = prompt
+    body["n_predict"] = bounded_predict(req.options.get("num_predict"), n_ctx)
     body["stream"] = True
     if req.want_context:
         body["return_tokens"] = True
@@ -294,11 +300,40 @@ def _budget_fields(req: CompletionRequest, thinking: ThinkingParser) -> dict[str
     return fields
 
 
+def bounded_predict(num_predict: Any, n_ctx: int) -> int:
+    """n_predict for llama-server: num_predict, or OPEN_ENDED_CONTEXTS contexts when it is open-ended (negative)
+    or asks for more than that (Ollama's boundedNumPredict)."""
+    limit = OPEN_ENDED_CONTEXTS * n_ctx
+    if not isinstance(num_predict, int) or num_predict < 0 or num_predict > limit:
+        return limit
+    return num_predict
+
+
+async def _stop_at_context_end(req: CompletionRequest, loaded: Loaded, prompt: str | list[Any] | dict[str, Any],
+                               body: dict[str, Any]) -> None:
+    """shift: false -- the runners shift the context when an answer reaches its end (llama-server's
+    --context-shift, on for every runner as Ollama starts them); a request that asks not to is stopped there
+    instead, with done_reason "length", by asking for no more tokens than the context has room for: llama-server
+    without context shift stops once prompt + answer fill the slot's n_ctx. A multimodal prompt is left as it is
+    (llama-server never shifts with a projector loaded)."""
+    if isinstance(prompt, dict):
+        return
+    ids = [p for p in prompt if isinstance(p, int)] if isinstance(prompt, list) else []
+    text = "".join(p for p in prompt if isinstance(p, str)) if isinstance(prompt, list) else prompt
+    n_prompt = len(ids) + (len(await loaded.client.tokenize(text, add_special=not ids)) if text else 0)
+    room = loaded.plan.spec.num_ctx - n_prompt
+    if room <= 0:
+        raise BadRequest(TOO_LONG)
+    body["n_predict"] = min(body["n_predict"], room)
+
+
 async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split: _Split | None,
                   lane: Lane | None, stats: RequestStats) -> AsyncGenerator[Delta, None]:
     """The runner's events as Deltas, up to its stop event (kept in `out`). A prompt too long for the context is
     fitted once (fit_prompt) and sent again; a runner that dies under the request becomes its error."""
-    body = _runner_body(req, out.prompt, split.thinking if split is not None else None)
+    body = _runner_body(req, out.prompt, split.thinking if split is not None else None, loaded.plan.spec.num_ctx)
+    if not req.shift:
+        await _stop_at_context_end(req, loaded, out.prompt, body)
     while True:  # at most twice
         try:
             async for event in loaded.client.stream("/completion", body, lane.tap if lane is not None else None):
@@ -323,6 +358,8 @@ async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split
                 raise
             out.fitted = await fit_prompt(req, loaded, out.prompt, e)
             body["prompt"] = out.prompt = out.fitted.prompt
+            if not req.shift:
+                await _stop_at_context_end(req, loaded, out.prompt, body)
             continue
         except UpstreamLost as e:
             raise await _runner_death(loaded, e) from None
@@ -381,13 +418,16 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
         stop_word=(last.get("stopping_word") or None) if last.get("stop_type") == "word" else None,
         thinking="".join(out.thinking),
         prompt_truncated=fitted.tokens_before - fitted.tokens_after if fitted is not None else 0,
+        # llama-server's `truncated`: the context was shifted under the answer (with shift: false it stops instead)
+        context_shifted=bool(last.get("truncated")) and req.shift,
     )
 
 
 async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: str | list[Any] | dict[str, Any],
                      error: ContextExceeded) -> Fitted:
-    """The prompt cut to fit a slot's context (server/truncation.py), or the 400 that truncate: false asks for."""
-    if not req.truncate:
+    """The prompt cut to fit a slot's context (server/truncation.py), or the 400 that truncate: false asks for
+    (and shift: false, as Ollama: a runner that may not shift does not cut a prompt either)."""
+    if not req.truncate or not req.shift:
         raise BadRequest(TOO_LONG) from None
     if isinstance(prompt, dict):  # a multimodal prompt is not cut: its images' tokens are the runner's business
         raise error

@@ -64,6 +64,8 @@ def _metrics(final: Final) -> Metrics:
     }
     if final.prompt_truncated:  # the prompt was cut to fit num_ctx (server/truncation.py)
         out["prompt_truncated"] = True
+    if final.context_shifted:  # the answer reached the end of num_ctx and went on past a context shift
+        out["context_shifted"] = True
     return out
 
 
@@ -161,7 +163,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             context=context or None, want_context=not raw, suffix=suffix, images=images,
                             think=_think(body, model), logprobs=top, started=started,
-                            truncate=field(body, "truncate", bool, True), progress=_progress(body))
+                            truncate=field(body, "truncate", bool, True), shift=field(body, "shift", bool, True),
+                            progress=_progress(body))
     if raw:
         req.prompt = prompt
     else:
@@ -287,6 +290,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
                             messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
                             logprobs=top, started=started, truncate=field(body, "truncate", bool, True),
+                            shift=field(body, "shift", bool, True),
                             progress=_progress(body))
 
     def chunk(text: str, thinking: str = "", created_at: str = "",

@@ -52,6 +52,9 @@ without n_predict gets "The quick brown fox jumps over the lazy", tokens_predict
 "model" in results is the --model path (or --alias), as llama-server reports it.
 Prompt caching is simulated per slot: cache_n is the common token prefix with what the slot last held
 (prompt + generated), capped so at least one prompt token is evaluated; prompt_n = tokens_evaluated - cache_n.
+The slot's context, as llama-server: a prompt of n_ctx tokens or more is refused (exceed_context_size_error); an
+answer that fills the slot stops there (stop_type "limit", truncated) or, with --context-shift, drops half of what
+follows n_keep (the request's, else --keep; -1: the whole prompt) and goes on, reporting truncated: true.
 
 `GET /fake/connections` (the fake's own, for tests) answers {"accepted": N, "open_peak": M}: the connections
 that carried a request so far, and the most of them open at once.
@@ -109,11 +112,12 @@ _VALUE_FLAGS = {
     "-t": "threads", "--threads": "threads", "--embd-normalize": "embd_normalize",
     "-lv": "verbosity", "--verbosity": "verbosity", "--log-verbosity": "verbosity",
     "-mm": "mmproj", "--mmproj": "mmproj", "--api-key": "api_key", "--slot-save-path": "slot_save_path",
+    "--keep": "keep",
 }
 # Flags that take a value we do not use; listed so a value such as "-1" is never mistaken for a flag.
 _IGNORED_VALUE_FLAGS = set(
     "-b --batch-size -ub --ubatch-size -tb --threads-batch -fa --flash-attn -ctk --cache-type-k -ctv --cache-type-v "
-    "--lora --lora-scaled -mm --mmproj --rpc -ts --tensor-split -mg --main-gpu -sm --split-mode --keep -fit --fit "
+    "--lora --lora-scaled -mm --mmproj --rpc -ts --tensor-split -mg --main-gpu -sm --split-mode -fit --fit "
     "-fitt --fit-target -fitc --fit-ctx -n --predict --n-predict -lm --load-mode --spec-type --spec-draft-n-max "
     "--spec-draft-model -md --chat-template --chat-template-file --reasoning-format -rea --reasoning "
     "--reasoning-budget -to --timeout --threads-http -dev --device -ot --override-tensor -s --seed "
@@ -153,6 +157,7 @@ class ServerArgs:
     log_timestamps: bool = True
     kv_unified: bool = False
     context_shift: bool = False
+    keep: int = 0  # --keep: tokens of the prompt a context shift keeps (-1: all)
     mmproj: str = ""  # a projector: the "model" then takes images (each becomes IMAGE_TOKENS tokens)
     list_devices: bool = False
     version: bool = False
@@ -188,7 +193,7 @@ def parse_args(argv: list[str]) -> ServerArgs:
             values["list_devices"] = True
         elif arg == "--version":
             values["version"] = True
-    ints = {"port", "ctx_size", "parallel", "threads", "embd_normalize", "verbosity"}
+    ints = {"port", "ctx_size", "parallel", "threads", "embd_normalize", "verbosity", "keep"}
     return ServerArgs(**{k: int(v) if k in ints else v for k, v in values.items()})
 
 
@@ -687,7 +692,7 @@ class Completion:
         self.discarded += n_discard
         self.truncated = True
         _log(f"slot update_slots: id {self.slot.id:2d} | task {self.slot.id_task} | slot context shift, "
-             f"n_keep = {n_keep}, n_left = {n_left}, n_discard = {n_discard}", level="W")
+             f"n_keep = {n_keep}, n_left = {n_left}, n_discard = {n_discard}", "W")
 
     @staticmethod
     async def _wait(request: web.Request, delay: float) -> bool:
