@@ -292,6 +292,53 @@ def second_serve(b: Bench, env: dict[str, str]) -> None:
     b.step("a second serve on the same store", "`ollama-py serve` with the same OLLAMA_MODELS", send)
 
 
+def _rss_mb(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def hostile_registry(b: Bench, pid: int) -> None:
+    """Pulls from a registry that lies (issue 34 item 5), each with the serve's RSS growth in its text."""
+    import gzip
+
+    from tests.fakes.hostile_registry import CONFIG, HostileRegistry, manifest_bytes, reply, serve_blobs, sha
+
+    huge = manifest_bytes([("sha256:" + "a" * 64, 20 * 1000 ** 4)], (sha(CONFIG), len(CONFIG)))
+    bomb = gzip.compress(b"{" + b" " * (256 << 20) + b"}", compresslevel=9)
+
+    def endless(h: Any, seen: Any) -> None:
+        h.send_response(200)
+        h.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(4096):  # 4 GiB, unless the client hangs up first
+                h.wfile.write(b" " * (1 << 20))
+
+    answers: dict[str, Callable[[Any, Any], None]] = {
+        "a manifest claiming a 20 TB layer": lambda h, seen: serve_blobs(h, seen, {sha(CONFIG): CONFIG}, huge),
+        f"a gzip-bomb manifest ({len(bomb) // 1000} KB -> 256 MiB)":
+            lambda h, seen: reply(h, 200, bomb, Content_Encoding="gzip"),
+        "an endless manifest": endless,
+        "a redirect loop": lambda h, seen: reply(h, 302, Location=seen.path),
+    }
+    registry = HostileRegistry()
+    try:
+        for what, answer in answers.items():
+            registry.answer = answer
+
+            def send() -> tuple[str, str]:
+                before = _rss_mb(pid)
+                status, text = b.call("POST", "/api/pull", json={"model": f"{registry.host}/evil/m:1",
+                                                                 "insecure": True, "stream": False})
+                return status, f"{text} (serve RSS {_rss_mb(pid) - before:+.0f} MB)"
+
+            b.step("hostile registry", f"/api/pull from {what}", send)
+    finally:
+        registry.close()
+
+
 def run(scratch: Path, gguf: Path) -> list[Row]:
     """Every case against one serve (over the fake runner, one slot, 2 fast tokens)."""
     from tests.helpers.app import create_tiny_model, make_settings
@@ -308,6 +355,7 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
                      wrong_digest):
             case(b)
         deleted_blob(b, scratch / "models", scratch)
+        hostile_registry(b, proc.pid)
         second_serve(b, env)
         alive = b.call("GET", "/api/version")
         if alive[0] != "200" or proc.poll() is not None:
