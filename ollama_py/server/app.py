@@ -18,6 +18,7 @@ from ollama_py.server.connections import ConnectionGuard, default_max_connection
 from ollama_py.server.errors import error_middleware
 from ollama_py.server.live_config import LiveConfig, while_serving
 from ollama_py.server.security import add_cors_headers, security_middleware
+from ollama_py.server.transfers import transfer_pools
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
             lock.release()
 
     app.cleanup_ctx.append(hold_store)  # startup in order, cleanup in reverse: the lock outlives `lifecycle`
+    app.cleanup_ctx.append(transfer_pools)  # uploads', pulls' and pushes' own threads (server/transfers.py)
     app.cleanup_ctx.append(lifecycle)
     app.cleanup_ctx.append(while_serving)  # preloads, then the config file's watcher: needs the scheduler
     app.on_shutdown.append(stop_runners)

@@ -7,10 +7,12 @@ from its thread through a queue.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ipaddress
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
 from typing import Any
 
 from aiohttp import web
@@ -24,6 +26,7 @@ from ollama_py.server.appkeys import CONFIG, SCHEDULER, SETTINGS, STORE
 from ollama_py.server.bodies import field, model_name, read_json, requested_model
 from ollama_py.server.model_lookup import find_model
 from ollama_py.server.streaming import collect, ndjson
+from ollama_py.server.transfers import receive_blob
 from ollama_py.store.gguf_meta import model_info
 from ollama_py.store.manifests import MEDIA_MODEL
 from ollama_py.store.models import rfc3339
@@ -32,9 +35,11 @@ log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
 
 
-async def iterate_in_thread(make: Callable[[], Iterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
-    """Run a blocking generator in a thread and yield its items here as they come. The worker never blocks on
-    us (the queue is unbounded; progress is low-rate); if we stop early it finishes on its own."""
+async def iterate_in_thread(make: Callable[[], Iterator[dict[str, Any]]],
+                            executor: Executor | None = None) -> AsyncIterator[dict[str, Any]]:
+    """Run a blocking generator in a thread (of `executor`, else the default one) and yield its items here as
+    they come. The worker never blocks on us (the queue is unbounded; progress is low-rate); if we stop early it
+    finishes on its own."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -46,7 +51,7 @@ async def iterate_in_thread(make: Callable[[], Iterator[dict[str, Any]]]) -> Asy
         except BaseException as e:  # raised on the event loop side
             loop.call_soon_threadsafe(queue.put_nowait, ("error", e))
 
-    worker = asyncio.ensure_future(asyncio.to_thread(work))
+    worker = asyncio.ensure_future(loop.run_in_executor(executor, contextvars.copy_context().run, work))
     while True:
         kind, value = await queue.get()
         if kind == "item":
@@ -161,17 +166,6 @@ async def blob_exists(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-class _BodyReader:
-    """A file-like view of the request body for a worker thread (reads hop back to the loop)."""
-
-    def __init__(self, request: web.Request, loop: asyncio.AbstractEventLoop) -> None:
-        self._content = request.content
-        self._loop = loop
-
-    def read(self, n: int = 1 << 20) -> bytes:
-        return asyncio.run_coroutine_threadsafe(self._content.read(n if n > 0 else 1 << 20), self._loop).result()
-
-
 @routes.post("/api/blobs/{digest}")
 async def blob_upload(request: web.Request) -> web.Response:
     digest = _digest(request)
@@ -179,8 +173,7 @@ async def blob_upload(request: web.Request) -> web.Response:
     if await asyncio.to_thread(store.blobs.exists, digest):
         await request.release()
         return web.Response(status=200)
-    reader = _BodyReader(request, asyncio.get_running_loop())
-    await asyncio.to_thread(store.blobs.write_from, reader, digest)
+    await receive_blob(request, store.blobs, digest)  # read here, written in its own threads (server/transfers.py)
     return web.Response(status=201)
 
 

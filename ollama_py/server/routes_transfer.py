@@ -2,7 +2,8 @@
 
 Request: `model` (legacy `name`), `insecure`, `stream` (default true); `username`/`password` are accepted
 and ignored, as Ollama does (credentials come from the files described in store/registry_auth.py).
-The transfer itself is blocking code (store/registry.py) run in a thread; when the client goes away the
+The transfer itself is blocking code (store/registry.py) run in a thread of the transfers' own bounded pool
+(server/transfers.py), never the default executor the other routes share; when the client goes away the
 transfer is cancelled, and a download's partial files stay for the next pull to resume.
 Non-streamed requests answer the last progress object, or 500 {"error"} like Ollama's waitForStream.
 """
@@ -23,6 +24,7 @@ from ollama_py.server.appkeys import SETTINGS, STORE
 from ollama_py.server.bodies import field, model_name, read_json
 from ollama_py.server.routes_models import iterate_in_thread
 from ollama_py.server.streaming import collect, ndjson
+from ollama_py.server.transfers import TRANSFERS
 from ollama_py.store.registry import RegistryOptions, pull_model, push_model
 
 log = logging.getLogger(__name__)
@@ -40,11 +42,12 @@ def registry_options(request: web.Request, insecure: bool) -> RegistryOptions:
     )
 
 
-async def _cancellable(make: Callable[[threading.Event], Iterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
+async def _cancellable(request: web.Request,
+                       make: Callable[[threading.Event], Iterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
     """The transfer's progress; closing this (the client hung up) tells the transfer to stop."""
     cancel = threading.Event()
     try:
-        async for item in iterate_in_thread(lambda: make(cancel)):
+        async for item in iterate_in_thread(lambda: make(cancel), request.app[TRANSFERS]):
             yield item
     finally:
         cancel.set()
@@ -52,7 +55,7 @@ async def _cancellable(make: Callable[[threading.Event], Iterator[dict[str, Any]
 
 async def _respond(request: web.Request, body: dict[str, Any],
                    make: Callable[[threading.Event], Iterator[dict[str, Any]]]) -> web.StreamResponse:
-    events = _cancellable(make)
+    events = _cancellable(request, make)
     if field(body, "stream", bool, True):
         return await ndjson(request, events)
     try:

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -63,6 +64,8 @@ class BlobStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.dir = self.root / "blobs"
+        self._writing: set[str] = set()  # names of in-progress temp files
+        self._writing_lock = threading.Lock()
 
     # -- lookups -------------------------------------------------------------------------------------
 
@@ -102,27 +105,22 @@ class BlobStore:
 
         With `expected`, a stream whose hash differs raises DigestMismatch and leaves no file behind.
         """
-        want = canonical_digest(expected) if expected is not None else None
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix="sha256-tmp-", dir=self.dir)
-        tmp = Path(tmp_name)
+        writer = self.writer()
         try:
-            sha = hashlib.sha256()
-            size = 0
-            with os.fdopen(fd, "wb") as out:
-                for chunk in _chunks(reader):
-                    sha.update(chunk)
-                    out.write(chunk)
-                    size += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            actual = "sha256:" + sha.hexdigest()
-            if want is not None and actual != want:
-                raise DigestMismatch(f'digest mismatch, expected "{expected}", got "{actual}"')
-            self._install(tmp, actual)
-            return actual, size
+            for chunk in _chunks(reader):
+                writer.write(chunk)
+            return writer.commit(expected)
         finally:
-            tmp.unlink(missing_ok=True)
+            writer.abort()
+
+    def writer(self) -> BlobWriter:
+        """A blob written piece by piece (an upload whose bytes arrive over time); see BlobWriter."""
+        return BlobWriter(self)
+
+    def writing(self) -> set[str]:
+        """The temp files of writes in progress (a prune leaves them alone)."""
+        with self._writing_lock:
+            return set(self._writing)
 
     def write_bytes(self, data: bytes) -> tuple[str, int]:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -181,7 +179,10 @@ class BlobStore:
         keep = {canonical_digest(d) for d in referenced}
         cutoff = time.time() - older_than
         removed: list[str] = []
+        writing = self.writing()
         for entry in os.scandir(self.dir):
+            if entry.name in writing:
+                continue  # an upload in progress, however long it has been quiet
             m = _BLOB_NAME.match(entry.name)
             if m is not None:
                 if "sha256:" + m.group(1) in keep:
@@ -200,6 +201,47 @@ class BlobStore:
         if removed:
             log.info("pruned %d unused blob file(s): %s", len(removed), ", ".join(sorted(removed)))
         return removed
+
+
+class BlobWriter:
+    """One blob written as its bytes come: a temp file in the blobs directory (sha256-tmp-*, left alone by a
+    prune while it is open), hashed as it is written. `commit` checks the digest, fsyncs and renames it onto its
+    name; `abort` (a no-op after commit) removes it. Blocking: call from a worker thread."""
+
+    def __init__(self, store: BlobStore) -> None:
+        store.dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="sha256-tmp-", dir=store.dir)
+        self._store, self._tmp = store, Path(name)
+        self._out = os.fdopen(fd, "wb")
+        self._sha = hashlib.sha256()
+        self.size = 0
+        with store._writing_lock:
+            store._writing.add(self._tmp.name)
+
+    def write(self, chunk: bytes) -> None:
+        self._sha.update(chunk)
+        self._out.write(chunk)
+        self.size += len(chunk)
+
+    def commit(self, expected: str | None = None) -> tuple[str, int]:
+        """Install the blob: ("sha256:<hex>", size). DigestMismatch (and nothing installed) when `expected`
+        differs from what was written."""
+        want = canonical_digest(expected) if expected is not None else None
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self._out.close()
+        actual = "sha256:" + self._sha.hexdigest()
+        if want is not None and actual != want:
+            raise DigestMismatch(f'digest mismatch, expected "{expected}", got "{actual}"')
+        self._store._install(self._tmp, actual)
+        return actual, self.size
+
+    def abort(self) -> None:
+        """Drop the temp file (whatever is left of it after a commit)."""
+        self._out.close()
+        self._tmp.unlink(missing_ok=True)
+        with self._store._writing_lock:
+            self._store._writing.discard(self._tmp.name)
 
 
 def _chunks(reader: Readable | Iterable[bytes]) -> Iterable[bytes]:
