@@ -42,6 +42,7 @@ class LlamaClient:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
         self._streams: set[sse.SSEStream] = set()
+        self._n_vocab: int | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -119,6 +120,19 @@ class LlamaClient:
         """tokenize() of each text (llama-server's /tokenize takes one), through post_each's few connections."""
         answers = await self.post_each("/tokenize", [{"content": t, "add_special": add_special} for t in texts])
         return [[t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])] for data in answers]
+
+    async def vocab_size(self) -> int | None:
+        """The model's vocabulary size as its runner reports it (/v1/models' meta.n_vocab; asked once), or None
+        when it does not say."""
+        if self._n_vocab is None:
+            try:
+                data = json.loads(await self.get_text("/v1/models"))
+                n_vocab = data["data"][0]["meta"]["n_vocab"]
+            except (ValueError, LookupError, TypeError):
+                return None
+            if isinstance(n_vocab, int) and n_vocab > 0:
+                self._n_vocab = n_vocab
+        return self._n_vocab
 
     async def detokenize(self, tokens: list[int]) -> str:
         return (await self.post("/detokenize", {"tokens": tokens})).get("content", "")

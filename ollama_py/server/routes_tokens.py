@@ -7,7 +7,8 @@ are the ones generation uses; Anthropic's /v1/messages/count_tokens (routes_anth
     POST /api/detokenize  {"model", "tokens": [int], "keep_alive"?, "options"?}
                           -> {"model", "text", "total_duration", "load_duration"}
 
-Tokenize adds no BOS and parses special tokens, as Ollama's runner tokenizes.
+Tokenize adds no BOS and parses special tokens, as Ollama's runner tokenizes. Detokenize refuses (400) an id
+past the model's vocabulary (its runner's n_vocab), which llama-server would answer with a 500.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ async def detokenize(request: web.Request) -> web.Response:
     embedding = "completion" not in model.capabilities
     async with request.app[SCHEDULER].use(model, opts, ka, embedding=embedding) as loaded:
         try:
+            n_vocab = await loaded.client.vocab_size() if tokens else None
+            if n_vocab is not None and max(tokens) >= n_vocab:  # llama-server answers such an id with a 500
+                raise BadRequest(f"token id {max(tokens)} is not in the model's vocabulary of {n_vocab} tokens")
             text = await loaded.client.detokenize(tokens) if tokens else ""
         except UpstreamLost as e:
             raise RunnerError(str(e)) from None

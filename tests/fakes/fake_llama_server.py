@@ -87,6 +87,7 @@ from aiohttp import web
 
 GENERATED_SENTENCE = "The quick brown fox jumps over the lazy dog"
 BOS_ID, EOS_ID = 1, 2
+N_VOCAB = 32000  # the vocabulary size /v1/models reports; /detokenize of an id past it fails as llama-server's does
 BUILD_INFO = "b1-fake"
 HOST_EMBEDDINGS_MIB = 28.69  # SmolLM2-135M's token embeddings, kept in host memory on a full offload
 CHATML_TEMPLATE = (
@@ -1095,7 +1096,12 @@ async def handle_tokenize(request: web.Request) -> web.Response:
 
 async def handle_detokenize(request: web.Request) -> web.Response:
     body = await read_body(request)
-    return json_ok({"content": request.app[STATE].vocab.decode(list(body.get("tokens") or []))})
+    tokens = list(body.get("tokens") or [])
+    for t in tokens:
+        if isinstance(t, int) and not 0 <= t < N_VOCAB:  # llama_vocab's id_to_token.at() throws; a 500
+            raise RequestError(f"vector::_M_range_check: __n (which is {t}) >= this->size() (which is {N_VOCAB})",
+                               "server_error")
+    return json_ok({"content": request.app[STATE].vocab.decode(tokens)})
 
 
 async def handle_apply_template(request: web.Request) -> web.Response:
@@ -1108,7 +1114,7 @@ async def handle_apply_template(request: web.Request) -> web.Response:
 async def handle_models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     info = {"id": state.model_name, "object": "model", "created": state.t_start, "owned_by": "llamacpp",
-            "meta": {"vocab_type": 2, "n_vocab": 32000, "n_ctx_train": 4096, "n_embd": state.behaviour.embedding_dim,
+            "meta": {"vocab_type": 2, "n_vocab": N_VOCAB, "n_ctx_train": 4096, "n_embd": state.behaviour.embedding_dim,
                      "n_params": 135000000, "size": int(state.behaviour.model_mib * 1048576)}}
     return json_ok({"models": [{"name": state.model_name, "model": state.model_name}], "object": "list",
                     "data": [info]})

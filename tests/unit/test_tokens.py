@@ -48,6 +48,15 @@ async def test_detokenize_refuses_what_is_not_a_token_id(client, tokens):
     assert "token ids" in (await r.json())["error"]
 
 
+async def test_detokenize_of_an_id_past_the_vocabulary_is_a_400(client):
+    """Issue 34: llama-server's vocabulary lookup throws for such an id, and the gateway passed its 500 on."""
+    r = await client.post("/api/detokenize", json={"model": "tiny", "tokens": [1, 31999, 32000]})
+    assert r.status == 400
+    assert (await r.json())["error"] == "token id 32000 is not in the model's vocabulary of 32000 tokens"
+    r = await client.post("/api/detokenize", json={"model": "tiny", "tokens": [31999]})
+    assert r.status == 200, await r.text()
+
+
 async def test_tokenize_of_an_unknown_model_is_404(client):
     r = await client.post("/api/tokenize", json={"model": "nope", "text": "x"})
     assert r.status == 404
