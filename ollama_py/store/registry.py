@@ -51,6 +51,7 @@ from ollama_py.store.registry_limits import (
     MAX_REDIRECTS,
     REDIRECTS,
     TargetPolicy,
+    host_of,
     read_body,
     reason,
 )
@@ -101,6 +102,8 @@ def describe(exc: BaseException) -> str:
 
 class RegistryClient:
     """One repository on one registry. Thread-safe: download parts share it (and its connection pool)."""
+
+    BODY_DEADLINE = 120.0  # seconds a manifest, an error or a token answer may take to arrive, however it trickles
 
     def __init__(self, name: ModelName, options: RegistryOptions = RegistryOptions()) -> None:
         if name.scheme == "http" and not options.insecure:
@@ -206,7 +209,7 @@ class RegistryClient:
         url = self.manifest_url(tag)
         with self.request("GET", url, headers={"Accept": MANIFEST_V2}) as resp:
             try:
-                return read_body(resp, MAX_MANIFEST_BYTES, "manifest")
+                return read_body(resp, MAX_MANIFEST_BYTES, "manifest", deadline=self.BODY_DEADLINE)
             except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
                 raise TransportError(f'GET "{url}": {describe(e)}') from None
 
@@ -230,16 +233,21 @@ def _status_error(resp: requests.Response, own: bool = True) -> OllamaError:
         if resp.status_code == 401 and own:
             return Unauthorized()
         if not own:
-            host = urlsplit(resp.url).netloc
+            host = host_of(resp.url)
             return RegistryStatusError(f"{resp.status_code} from {host}", resp.status_code)
         text = b""
         if resp.request.method != "HEAD":
             try:
-                text = read_body(resp, MAX_ERROR_BYTES, "error")
+                text = read_body(resp, MAX_ERROR_BYTES, "error", deadline=RegistryClient.BODY_DEADLINE)
             except (RegistryError, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
                 text = b""  # too long, or broken: the status says enough
     message = _registry_message(text) or reason(resp.status_code)
     return RegistryStatusError(f"{resp.status_code}: {message}", resp.status_code)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _registry_message(text: bytes) -> str:
@@ -286,7 +294,8 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
         except Unauthorized as e:
             raise Unauthorized(f"pull model manifest: {e}") from None
         except OllamaError as e:
-            raise RegistryError(f"pull model manifest: {e}") from None
+            # one line, whatever the manifest held (an invalid one may quote a 4 MiB digest)
+            raise RegistryError(f"pull model manifest: {_one_line(str(e))}") from None
 
         layers = distinct_blobs(manifest)
         check_disk_space(store.blobs, layers)  # before anything is written: the sizes are the registry's word

@@ -292,7 +292,8 @@ class RegistryAuth:
             if resp.status_code >= 300:
                 raise Unauthorized(f"unauthorized: token request failed: {resp.status_code} {reason(resp.status_code)}")
             try:
-                body = json.loads(read_body(resp, MAX_TOKEN_BYTES, "token server's answer"))
+                body = json.loads(read_body(resp, MAX_TOKEN_BYTES, "token server's answer",
+                                           deadline=2 * self._timeout))
             except RegistryError as e:
                 raise Unauthorized(f"unauthorized: {e}") from None
             except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:

@@ -22,6 +22,7 @@ import http
 import ipaddress
 import socket
 import threading
+import time
 import zlib
 from urllib.parse import urlsplit
 
@@ -41,8 +42,10 @@ class BodyTooLarge(RegistryError):
     """A registry's answer was larger than we read."""
 
 
-def read_body(resp: requests.Response, limit: int, what: str) -> bytes:
-    """The body of a response opened with stream=True, decoded, at most `limit` bytes; BodyTooLarge past it.
+def read_body(resp: requests.Response, limit: int, what: str, *, deadline: float | None = None) -> bytes:
+    """The body of a response opened with stream=True, decoded, at most `limit` bytes; BodyTooLarge past it,
+    and RegistryError when it is still arriving after `deadline` seconds (each read is bounded by the socket's
+    read timeout, so a body trickled a byte at a time ends too).
 
     Transport failures while reading (urllib3's errors, OSError) are the caller's to map."""
     encoding = resp.headers.get("Content-Encoding", "").strip().lower()
@@ -59,11 +62,14 @@ def read_body(resp: requests.Response, limit: int, what: str) -> bytes:
     if decoder is None and length.isdigit() and int(length) > limit:
         raise BodyTooLarge(f"{what} is too large ({int(length)} bytes, at most {limit})")
     out = bytearray()
+    end = None if deadline is None else time.monotonic() + deadline
     try:
         while True:
-            data = resp.raw.read(_READ, decode_content=False)
+            data = resp.raw.read1(_READ, decode_content=False)
             if not data:
                 break
+            if end is not None and time.monotonic() > end:
+                raise RegistryError(f"{what} still arriving after {deadline:.0f}s: the registry is too slow")
             while data:
                 if decoder is None:
                     out += data
@@ -77,6 +83,17 @@ def read_body(resp: requests.Response, limit: int, what: str) -> bytes:
     except zlib.error as e:
         raise RegistryError(f"{what}: bad {encoding} encoding: {e}") from None
     return bytes(out)
+
+
+def host_of(url: str) -> str:
+    """host[:port] of a URL, without any user:password@ it carries."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or ""
+    return f"[{host}]:{port}" if port and ":" in host else f"{host}:{port}" if port else host
 
 
 def reason(code: int) -> str:

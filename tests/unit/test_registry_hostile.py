@@ -28,7 +28,7 @@ from ollama_py.store.download import BlobDownload
 from ollama_py.store.download_state import MB, plan_parts
 from ollama_py.store.manifests import CONFIG_V1, MANIFEST_V2, MEDIA_MODEL, Layer, Manifest
 from ollama_py.store.models import ModelStore
-from ollama_py.store.registry import RegistryOptions, pull_model, push_model
+from ollama_py.store.registry import RegistryClient, RegistryOptions, pull_model, push_model
 from ollama_py.store.registry_limits import TargetPolicy
 from tests.fakes.hostile_registry import CONFIG, HostileRegistry, Seen, manifest_bytes, reply, serve_blobs, sha
 
@@ -185,6 +185,55 @@ def test_an_endless_manifest_is_cut_off(tmp_path: Path, hostile: HostileRegistry
     assert sum(sent) < 64 << 20  # we hung up
 
 
+def test_an_endless_chunked_manifest_is_cut_off(tmp_path: Path, hostile: HostileRegistry):
+    sent = []
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        h.send_response(200)
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        chunk = b" " * (1 << 20)
+        for _ in range(64):
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sent.append(len(chunk))
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/chunked:1")
+    assert lines[-1] == {"error": "pull model manifest: manifest is too large (more than 4194304 bytes)"}
+    assert sum(sent) < 64 << 20
+
+
+def test_a_trickled_manifest_has_a_deadline(tmp_path: Path, hostile: HostileRegistry,
+                                            monkeypatch: pytest.MonkeyPatch):
+    """A byte every 50 ms never trips the socket's read timeout; the body's deadline ends it."""
+    monkeypatch.setattr(RegistryClient, "BODY_DEADLINE", 1.0)
+    stop = threading.Event()
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "100000")
+        h.end_headers()
+        while not stop.wait(0.05):
+            h.wfile.write(b" ")
+            h.wfile.flush()
+
+    hostile.answer = answer
+    try:
+        lines = pull_within(30, tmp_path / "models", f"{hostile.host}/test/trickle:1")
+    finally:
+        stop.set()
+    assert lines[-1] == {"error": "pull model manifest: manifest still arriving after 1s: the registry is too slow"}
+
+
+def test_an_invalid_manifest_is_one_short_line(tmp_path: Path, hostile: HostileRegistry):
+    digest = "sha256:" + "z" * 1_000_000
+    manifest = manifest_bytes([(digest, 1)], (sha(CONFIG), len(CONFIG)))
+    hostile.answer = lambda h, seen: reply(h, 200, manifest, Content_Type=MANIFEST_V2)
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/invalid:1")
+    assert lines[-1]["error"].startswith("pull model manifest: invalid manifest: bad digest 'sha256:zzz")
+    assert len(lines[-1]["error"]) < 400  # not the megabyte it quoted
+
+
 def test_a_compressed_manifest_within_the_limit_is_read(tmp_path: Path, hostile: HostileRegistry):
     """A registry may gzip a manifest although we ask for identity (Go clients accept gzip): it still works."""
     data = os.urandom(1000)
@@ -284,7 +333,7 @@ def test_a_redirect_target_s_page_is_not_repeated_to_the_client(tmp_path: Path, 
 
     def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
         if sha(data) in seen.path:
-            reply(h, 307, Location=f"http://{other.host}/admin")
+            reply(h, 307, Location=f"http://admin:hunter2@{other.host}/admin")
         else:
             serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
 
