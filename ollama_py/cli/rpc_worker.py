@@ -53,7 +53,7 @@ def rpc_worker(host: str, port: int, threads: int | None, mem: int | None, cache
     if mem is None:
         argv = rpc.worker_argv(binary, host=host, port=port, threads=threads, cache=cache)
         sys.stdout.flush()
-        os.execv(argv[0], argv)
+        os.execve(argv[0], argv, variants.runner_env(binary, os.environ))  # a cuda build's libraries too
     _serve_capped(binary, host, port, threads, cache, mem)
 
 
@@ -64,7 +64,8 @@ def _serve_capped(binary: Path, host: str, port: int, threads: int | None, cache
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     inner = process.free_port()
     argv = rpc.worker_argv(binary, host="127.0.0.1", port=inner, threads=threads, cache=cache)
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=process.pdeathsig_preexec)
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=process.pdeathsig_preexec,
+                             env=variants.runner_env(binary, os.environ))
     stopped = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.append(True))

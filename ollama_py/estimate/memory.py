@@ -172,6 +172,7 @@ class Placement:
     host_bytes: int = 0  # real host memory use
     fits: bool = True  # host_bytes within the free system memory given to place()
     reason: str = ""  # one line on why this placement, for the log
+    reserve: int = 0  # GPU_MINIMUM of each GPU it uses: the runner's own context there, beyond size_vram
 
 
 # ---------------------------------------------------------------------------------------------- GGUF

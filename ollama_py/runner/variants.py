@@ -76,7 +76,39 @@ def count_vulkan_gpus(runners_dir: Path, env: Mapping[str, str]) -> int:
         return 0
     from ollama_py.estimate.devices import list_devices, runner_gpus  # noqa: PLC0415 - a probe, on use
 
-    return len(runner_gpus(list_devices(binary, env), "vulkan"))
+    return len(runner_gpus(list_devices(binary, runner_env(binary, env)), "vulkan"))
+
+
+def runner_env(binary: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for running `binary`: the directories its build-info.json lists as "library_path" (a cuda runner's
+    libcudart and cuBLAS, in the toolkit it was built with: scripts/build_runners.sh writes them) first on
+    LD_LIBRARY_PATH, those of them that exist. Without such a list, `env` as it is."""
+    listed = read_build_info(binary.parent).get("library_path")
+    dirs = [d for d in listed if isinstance(d, str) and d and os.path.isdir(d)] if isinstance(listed, list) else []
+    if not dirs:
+        return dict(env)
+    current = env.get("LD_LIBRARY_PATH", "")
+    return {**env, "LD_LIBRARY_PATH": os.pathsep.join([*dirs, *([current] if current else [])])}
+
+
+# What a GPU variant looks for, and what to check when it finds nothing.
+_NO_DEVICE = {
+    "vulkan": ("--list-devices showed no Vulkan device",
+               "is a Vulkan driver installed (mesa-vulkan-drivers for AMD and Intel GPUs, the NVIDIA driver's Vulkan "
+               "ICD for NVIDIA) together with the Vulkan loader (libvulkan1)?"),
+    "cuda": ("neither NVML nor its --list-devices found an NVIDIA GPU",
+             "is the NVIDIA driver loaded (does `nvidia-smi -L` list the GPU?), and does CUDA_VISIBLE_DEVICES leave "
+             "one visible?"),
+    "metal": ("--list-devices showed no Metal device", "Metal offload needs a Mac with Apple Silicon."),
+}
+
+
+def no_device_warning(variant: str, *, forced: bool) -> str:
+    """The warning for a GPU variant that sees no device: which variant, what was looked for, what to check, and
+    that models run on the CPU."""
+    looked, hint = _NO_DEVICE.get(variant, (f"--list-devices showed no {variant} device", ""))
+    chosen = f"OLLAMA_LLM_LIBRARY={variant} forces the {variant} runner" if forced else f"the {variant} runner"
+    return f"{chosen}, but {looked}; {hint + ' ' if hint else ''}Every model runs on the CPU."
 
 
 def probe_host(*, count_nvidia_gpus: Callable[[], int] | None = None, runners_dir: Path | None = None,

@@ -168,7 +168,8 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,
-                    size_vram=size_vram, context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
+                    size_vram=size_vram, vram_reserve=placement.reserve if size_vram else 0,
+                    context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
                     gpus=None if runner.devices is None else tuple(g.uuid for g in gpus))
 
 
@@ -187,6 +188,7 @@ class VariantRunner(RunnerProcess):
         self._bad = bad
         self._shard_links = shard_links  # where a split GGUF's shards are linked under llama.cpp's names
         super().__init__(lambda port: build_argv(self.spec, self.candidates[0][1], port), **kwargs)
+        self._base_env = self._env
 
     @property
     def variant(self) -> str:
@@ -199,6 +201,9 @@ class VariantRunner(RunnerProcess):
             first = await asyncio.to_thread(shards.link_shards, self.spec.shards, self._shard_links)
             self.spec = dataclasses.replace(self.spec, model=first)
         while True:
+            # each variant with its own libraries (a cuda runner's libcudart and cuBLAS: build-info's library_path)
+            self._env = variants.runner_env(self.candidates[0][1], os.environ if self._base_env is None
+                                            else self._base_env)
             try:
                 return await super().ensure_ready()
             except RunnerLoadError as e:
@@ -261,7 +266,16 @@ def runner_gpus(variant: str, binary: Path | None, env: dict[str, str]) -> list[
         found = gpu_probe.probe_gpus(env)
         if found:
             return found
-    return devices.runner_gpus(devices.list_devices(binary, env), variant)
+    return devices.runner_gpus(devices.list_devices(binary, variants.runner_env(binary, env)), variant)
+
+
+def chosen_gpus(variant: str, binary: Path | None, env: dict[str, str], *, forced: bool) -> list[gpu_probe.GpuInfo]:
+    """runner_gpus, once at start-up: a GPU variant that sees no device (forced with OLLAMA_LLM_LIBRARY, or its
+    device gone) is worth a warning that says what was looked for, since every model then runs on the CPU."""
+    gpus = runner_gpus(variant, binary, env)
+    if not gpus and variant in GPU_VARIANTS and binary is not None:
+        log.warning("%s", variants.no_device_warning(variant, forced=forced))
+    return gpus
 
 
 def default_scheduler(settings: Settings,
@@ -282,7 +296,8 @@ def default_scheduler(settings: Settings,
         variant = order[0]
     except Exception as e:  # serve still starts; loading a model will say what is missing
         log.warning("%s", e)
-    gpus = runner_gpus(variant, built.get(variant), env) if variant else gpu_probe.probe_gpus(env)
+    gpus = (chosen_gpus(variant, built.get(variant), env, forced=variant == settings.llm_library) if variant
+            else gpu_probe.probe_gpus(env))
     if variant:
         info = variants.read_build_info(settings.runners_dir / variant)
         log.info("runner variant %s (%s), devices: %s", variant, info.get("llama_cpp_version") or "unknown version",
@@ -296,7 +311,8 @@ def default_scheduler(settings: Settings,
 
     def track_device_memory(event: str, loaded: Loaded) -> None:
         if event == "loaded":
-            held[loaded.key] = loaded.plan.size_vram if loaded.actual_vram is None else loaded.actual_vram
+            # the runner's context (plan.vram_reserve) is its own too, beyond its buffers
+            held[loaded.key] = gpu_bytes(loaded) + loaded.plan.vram_reserve
         else:
             held.pop(loaded.key, None)
 
@@ -307,7 +323,8 @@ def default_scheduler(settings: Settings,
             now = {g.uuid: g for g in runner_gpus(variant, built.get(variant), env)}
             usable = [g for g in gpus if plan.gpus is None or g.uuid in plan.gpus]  # a pinned model's devices only
             live = sum(max(now.get(g.uuid, g).free - settings.gpu_overhead, 0) for g in usable)
-            return min(live, max(free_at_start - sum(dict(held).values()), 0))
+            # what the new runner's own context will take there is not free for its buffers
+            return max(min(live, free_at_start - sum(dict(held).values())) - plan.vram_reserve, 0)
         return gpu_probe.probe_system_memory().free
 
     workers = rpc.WorkerProbe(lambda: next(iter(variants.built_variants(settings.runners_dir).values()), None))
@@ -347,7 +364,28 @@ def record_actual_memory(event: str, loaded: Loaded) -> None:
     total = sum(devices.values())
     vram = sum(v for dev, v in devices.items() if dev != "CPU" and not dev.startswith("RPC"))
     loaded.actual_size, loaded.actual_vram, loaded.devices = total, vram, devices
+    if vram and all_layers_on_gpus(buffers, loaded.plan, devices):
+        # Ollama's rule: every layer offloaded is "100% GPU", size_vram == size. llama.cpp still keeps the token
+        # embeddings (CPU_Mapped) and staging buffers (CUDA_Host) in host memory; `devices` keeps that real split.
+        loaded.actual_vram = loaded.actual_size
     estimated = loaded.plan.size
     error = (estimated - total) / total * 100 if total else 0.0
-    log.info("memory of %s: estimated %.1f MiB, llama-server allocated %.1f MiB (%+.1f%%), %.1f MiB on GPUs",
-             loaded.name, estimated / 2**20, total / 2**20, error, vram / 2**20)
+    log.info("memory of %s: estimated %.1f MiB, llama-server allocated %.1f MiB (%+.1f%%), %.1f MiB on GPUs%s",
+             loaded.name, estimated / 2**20, total / 2**20, error, vram / 2**20,
+             f", {loaded.plan.vram_reserve / 2**20:.0f} MiB more reserved there for the runner's own context"
+             if loaded.plan.vram_reserve else "")
+
+
+def all_layers_on_gpus(buffers: dict[str, dict[str, int]], plan: LoadPlan, devices: dict[str, int]) -> bool:
+    """Whether llama-server offloaded every layer ("offloaded 31/31 layers to GPU") of a model the plan puts wholly
+    on GPUs (not one whose --n-cpu-moe experts stay in host memory, nor one spread over RPC workers)."""
+    layers = buffers.get("layers", {})
+    return (bool(layers.get("total")) and layers.get("offloaded") == layers.get("total")
+            and plan.size_vram >= plan.size and not any(d.startswith("RPC") for d in devices))
+
+
+def gpu_bytes(loaded: Loaded) -> int:
+    """Device memory a runner's buffers hold: its GPU buffers as llama-server reported them, else the plan's."""
+    if loaded.devices:
+        return sum(v for dev, v in loaded.devices.items() if dev != "CPU" and not dev.startswith("RPC"))
+    return loaded.plan.size_vram

@@ -53,6 +53,9 @@ class LoadPlan:
     load_options: dict[str, Any]
     size: int = 0
     size_vram: int = 0
+    # device memory the runner's own context takes beyond size_vram (memory.GPU_MINIMUM of each GPU it uses); the
+    # free_memory seam leaves it out of what a plan may fill
+    vram_reserve: int = 0
     context_length: int = 4096
     lineage: str = ""
     gpus: tuple[str, ...] | None = None  # GpuInfo.uuid of the only GPUs it may use (--device); None: any

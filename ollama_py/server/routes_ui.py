@@ -162,7 +162,8 @@ def _server_info(settings: Any) -> dict[str, Any]:
     except OllamaError as e:
         order, problem = [], str(e)
     # The devices as the chosen runner itself sees them (every backend it was built with), as the scheduler does.
-    devices = list_devices(built[order[0]], dict(os.environ), timeout=5.0) if order else []
+    devices = list_devices(built[order[0]], variants.runner_env(built[order[0]], os.environ), timeout=5.0) \
+        if order else []
     memory = probe_system_memory()
     shown = {f.env[0]: _shown(f.attr, getattr(settings, f.attr)) for f in SERVER_FIELDS}
     return {
