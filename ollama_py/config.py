@@ -115,6 +115,12 @@ def _uint(env: dict[str, str], key: str, default: int) -> int:
         return default
 
 
+def _optional_uint(env: dict[str, str], key: str) -> int | None:
+    """A whole number 0 or more; None when unset (or invalid: logged, as _uint does)."""
+    value = _uint(env, key, -1)
+    return None if value < 0 else value
+
+
 @dataclass(frozen=True, slots=True)
 class Host:
     scheme: str
@@ -151,6 +157,11 @@ def parse_host(raw: str) -> Host:
     if host == "ollama.com" and "://" not in raw:
         scheme, port = "https", 443
     return Host(scheme, host, port)
+
+
+def parse_import_dirs(value: str) -> tuple[Path, ...]:
+    """OLLAMA_PY_IMPORT_DIRS: directories separated by os.pathsep (":"), as PATH is."""
+    return tuple(Path(part.strip()).expanduser() for part in value.split(os.pathsep) if part.strip())
 
 
 def default_models_dir() -> Path:
@@ -190,7 +201,18 @@ class Settings:
     read_timeout: float = 30.0  # OLLAMA_PY_READ_TIMEOUT: a request head, or a pause in a body, may take this long
     # OLLAMA_PY_PULL_MIN_RATE: bytes/s a blob download must average over each minute, or the pull fails; 0: none
     pull_min_rate: int = 8 * 1024
+    # OLLAMA_PY_IMPORT_DIRS (os.pathsep-separated): server directories whose GGUFs /api/create may name as `from`
+    # paths; empty: none (clients upload blobs, as Ollama's do)
+    import_dirs: tuple[Path, ...] = ()
+    convert_timeout: float = 3600.0  # OLLAMA_PY_CONVERT_TIMEOUT: one Hugging Face conversion may run this long
     data_dir: Path = field(default_factory=data_dir)
+    # OLLAMA_CACHE_RAM: MiB of host RAM each runner's prompt cache may hold (llama-server's --cache-ram); 0 turns
+    # it off; None: as much as the runner's own KV cache, at most 1 GiB (estimate/memory.prompt_cache_bytes)
+    cache_ram: int | None = None
+    # OLLAMA_PY_PROMPT_CACHE_DISK: MiB of disk for runners' slots saved at unload and restored at the next load
+    # (runner/slot_cache.py); 0 turns it off
+    prompt_cache_disk: int = 4096
+    runner_memory_limit: bool = True  # OLLAMA_PY_RUNNER_MEMORY_LIMIT: CPU runners get an address-space limit
     config_file: Path | None = None  # the TOML file these came from in part (config_file.py), watched by serve
 
     @classmethod
@@ -214,6 +236,7 @@ class Settings:
         if request_timeout <= 0:
             request_timeout = FOREVER
         read_timeout = duration("OLLAMA_PY_READ_TIMEOUT", 30.0)
+        convert_timeout = duration("OLLAMA_PY_CONVERT_TIMEOUT", 3600.0)
         fa = _var(env, "OLLAMA_FLASH_ATTENTION")
         flash = None if not fa else ("off" if fa.lower() in ("0", "false", "off", "no") else "on")
         models = _var(env, "OLLAMA_MODELS")
@@ -247,5 +270,11 @@ class Settings:
             max_connections=_uint(env, "OLLAMA_PY_MAX_CONNECTIONS", 0),
             read_timeout=read_timeout if read_timeout > 0 else FOREVER,
             pull_min_rate=_uint(env, "OLLAMA_PY_PULL_MIN_RATE", 8 * 1024),
+            import_dirs=parse_import_dirs(_var(env, "OLLAMA_PY_IMPORT_DIRS")),
+            convert_timeout=convert_timeout if convert_timeout > 0 else FOREVER,
+            cache_ram=_optional_uint(env, "OLLAMA_CACHE_RAM"),
+            prompt_cache_disk=_uint(env, "OLLAMA_PY_PROMPT_CACHE_DISK", 4096),
+            runner_memory_limit=not _var(env, "OLLAMA_PY_RUNNER_MEMORY_LIMIT")
+            or _bool(env, "OLLAMA_PY_RUNNER_MEMORY_LIMIT"),
         )
         return replace(settings, **overrides) if overrides else settings

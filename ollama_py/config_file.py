@@ -47,7 +47,7 @@ CONFIG_ENV = "OLLAMA_PY_CONFIG"
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 # Flags ollama-py sets itself on every runner: an extra_args entry naming one would break the gateway's control.
-OWNED_FLAGS = frozenset({"--port", "--host", "--model", "-m", "--api-key", "--api-key-file"})
+OWNED_FLAGS = frozenset({"--port", "--host", "--model", "-m", "--api-key", "--api-key-file", "--slot-save-path"})
 # Flags ollama-py sets from its own plan (context per slot, slots, GPU layers, batch): one in extra_args would win
 # over the plan's (the last flag counts) unseen by the memory estimate and the context the server truncates to.
 # Each is refused with the setting that does the same through the plan.
@@ -56,6 +56,7 @@ PLANNED_FLAGS = {
     **dict.fromkeys(("-np", "--parallel"), "num_parallel = N"),
     **dict.fromkeys(("-ngl", "--gpu-layers", "--n-gpu-layers"), "options = { num_gpu = N }"),
     **dict.fromkeys(("-b", "--batch-size", "-ub", "--ubatch-size"), "options = { num_batch = N }"),
+    **dict.fromkeys(("-cram", "--cache-ram"), "cache_ram = MiB (the prompt cache, counted in the plan)"),
 }
 # Flags in extra_args that change memory and that the estimate reads (scheduler/model_settings.runner_memory)
 CPU_MOE_FLAGS = ("-cmoe", "--cpu-moe")
@@ -114,6 +115,14 @@ def _str(value: object) -> str:
 
 def _path(value: object) -> Path:
     return Path(_str(value)).expanduser()
+
+
+def _paths(value: object) -> tuple[Path, ...]:
+    if isinstance(value, str):  # the variable's form: separated by os.pathsep, as PATH is
+        value = value.split(os.pathsep)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("must be a list of directories")
+    return tuple(Path(v.strip()).expanduser() for v in value if v.strip())
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -186,6 +195,16 @@ SERVER_FIELDS: tuple[ServerField, ...] = (
                 "0: half the open-file limit"),
     ServerField("pull_min_rate", ("OLLAMA_PY_PULL_MIN_RATE",), "pull_min_rate", _uint,
                 "bytes/s a pull's blob must average over each minute; 0: no minimum"),
+    ServerField("import_dirs", ("OLLAMA_PY_IMPORT_DIRS",), "import_dirs", _paths,
+                "server directories whose GGUFs /api/create may name as `from` paths; none by default"),
+    ServerField("convert_timeout", ("OLLAMA_PY_CONVERT_TIMEOUT",), "convert_timeout", _timeout,
+                "one Hugging Face conversion in /api/create may run this long"),
+    ServerField("cache_ram", ("OLLAMA_CACHE_RAM",), "cache_ram", lambda v: None if v == "auto" else _uint(v),
+                "MiB of RAM for each runner's prompt cache; 0: off; unset: its KV cache's size, at most 1 GiB"),
+    ServerField("prompt_cache_disk", ("OLLAMA_PY_PROMPT_CACHE_DISK",), "prompt_cache_disk", _uint,
+                "MiB of disk for slots saved at unload and restored at the next load; 0: off"),
+    ServerField("runner_memory_limit", ("OLLAMA_PY_RUNNER_MEMORY_LIMIT",), "runner_memory_limit", _bool,
+                "CPU runners get an address-space limit sized from their plan"),
 )
 SERVER_BY_NAME = {f.name: f for f in SERVER_FIELDS}
 
@@ -213,6 +232,7 @@ class ModelSettings:
     tensor_split: tuple[float, ...] | None = None
     reasoning_budget: int | None = None  # not a flag: the default of the request option (server/model_lookup.py)
     threads: int | None = None
+    cache_ram: int | None = None  # MiB of the runner's prompt cache (--cache-ram), over the server's cache_ram
     extra_args: tuple[str, ...] = ()
 
     @property
@@ -225,7 +245,7 @@ class ModelSettings:
 
 
 RUNNER_FIELDS = ("num_parallel", "kv_cache_type", "flash_attention", "n_cpu_moe", "device", "main_gpu", "split_mode",
-                 "tensor_split", "threads", "extra_args")
+                 "tensor_split", "threads", "cache_ram", "extra_args")
 
 
 def _int(value: object) -> int:
@@ -327,7 +347,7 @@ MODEL_PARSERS: dict[str, Callable[[object], Any]] = {
     "aliases": _aliases, "keep_alive": _duration, "preload": _bool, "num_parallel": _pos_int,
     "options": _options, "kv_cache_type": _kv_type, "flash_attention": _flash_model, "n_cpu_moe": _uint,
     "device": _device, "main_gpu": _uint, "split_mode": _split_mode, "tensor_split": _tensor_split,
-    "reasoning_budget": _budget, "threads": _pos_int, "extra_args": _extra_args,
+    "reasoning_budget": _budget, "threads": _pos_int, "cache_ram": _uint, "extra_args": _extra_args,
 }
 MODEL_FIELDS = tuple(MODEL_PARSERS)
 

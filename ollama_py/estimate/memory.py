@@ -175,6 +175,23 @@ class Placement:
     reserve: int = 0  # GPU_MINIMUM of each GPU it uses: the runner's own context there, beyond size_vram
 
 
+# ---------------------------------------------------------------------------------------------- prompt cache
+AUTO_CACHE_RAM_MAX = 1024 * MiB
+
+
+def prompt_cache_bytes(setting_mib: int | None, kv_bytes: int, *, embedding: bool = False) -> int:
+    """Host RAM a runner's prompt cache may hold (llama-server's `--cache-ram`), in bytes, whole MiB.
+
+    llama-server keeps the KV state of the prompts its slots let go in host memory, up to this much (its own
+    default is 8 GiB per runner). `setting_mib`: OLLAMA_CACHE_RAM or the model's cache_ram, 0 turning it off;
+    None: as much as the runner's own KV cache, at most AUTO_CACHE_RAM_MAX (three loaded models: at most 3 GiB
+    more, all of it in their plans). Embedding runners get none: llama-server caches completion prompts only."""
+    if embedding:
+        return 0
+    mib = -(-min(kv_bytes, AUTO_CACHE_RAM_MAX) // MiB) if setting_mib is None else setting_mib  # MiB, rounded up
+    return max(mib, 0) * MiB
+
+
 # ---------------------------------------------------------------------------------------------- GGUF
 
 

@@ -9,6 +9,11 @@ cannot outlive us even where PR_SET_PDEATHSIG does not exist. Each child require
 (`api_key`, given in its environment, where other users cannot read it, not on its command line): its port is in
 the process list, and without the key a local user could bypass the gateway's OLLAMA_API_KEYS by calling it
 directly.
+
+A runner may carry `slots` (runner/slot_cache.RunnerSlots): its saved slots are restored once it answers /health,
+before it is ready (so no request runs before them), and `save_slots()` saves them before a stop the scheduler
+chose. A runner may carry a `memory_limit` (bytes of address space, RLIMIT_AS in the child): a runner that dies
+of it fails with "model 'x' exceeded its memory limit of N" rather than a bare exit status.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import enum
 import logging
 import os
 import re
+import resource
 import secrets
 import signal
 import socket
@@ -35,6 +41,7 @@ from ollama_py import timeslice
 from ollama_py.errors import RunnerError, RunnerLoadError
 from ollama_py.runner import load_progress
 from ollama_py.runner.load_progress import LoadReport, LoadStage
+from ollama_py.runner.slot_cache import RunnerSlots
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +91,48 @@ def _pdeathsig_preexec() -> Callable[[], None] | None:
 
 
 pdeathsig_preexec = _pdeathsig_preexec()
+
+
+def _limited_preexec(limit: int | None) -> Callable[[], None] | None:
+    """pdeathsig_preexec, then an address-space limit of `limit` bytes (none when None)."""
+    if limit is None:
+        return pdeathsig_preexec
+    base = pdeathsig_preexec
+
+    def preexec() -> None:
+        if base is not None:
+            base()
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return preexec
+
+
+GiB = 1 << 30
+
+
+def address_space_limit(planned: int, cores: int) -> int:
+    """RLIMIT_AS for a CPU runner whose plan says `planned` bytes: address space is more than memory used (the
+    mapped model file, a stack per thread, malloc's per-thread arenas of 64 MiB), so twice the plan, plus 2 GiB,
+    plus 0.5 GiB per core. Generous for a model that behaves; a runaway (a chat template looping in its Jinja,
+    a leak) stops there instead of taking the host."""
+    return 2 * planned + 2 * GiB + max(cores, 1) * GiB // 2
+
+
+# What a process that ran out of its memory limit leaves in its stderr (C++'s bad_alloc, ggml, the kernel)
+_OUT_OF_MEMORY = ("bad_alloc", "memoryerror", "out of memory", "failed to allocate", "cannot allocate memory",
+                  "unable to allocate")
+
+
+def exceeded_limit(returncode: int | None, lines: Iterable[str]) -> bool:
+    """Whether a dead runner looks killed by its memory limit: an allocation failure in its last lines, or SIGKILL
+    (what the kernel's OOM killer sends)."""
+    if returncode == -signal.SIGKILL:
+        return True
+    return any(marker in line.lower() for line in list(lines)[-40:] for marker in _OUT_OF_MEMORY)
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / 2**20:.0f} MiB"
 
 
 # llama.cpp's log prefix: "M.SS.mmm.uuu L " (timestamp, then the level: I, W, E or D); either part may be off.
@@ -137,8 +186,12 @@ class RunnerProcess:
         env: dict[str, str] | None = None,
         load_timeout: float = 300.0,
         on_exit: Callable[[RunnerProcess], None] | None = None,
+        slots: RunnerSlots | None = None,
+        memory_limit: int | None = None,
     ) -> None:
         self.name = name
+        self.slots = slots
+        self.memory_limit = memory_limit
         self.api_key = secrets.token_urlsafe(32)  # never logged; LLAMA_API_KEY in the child's environment
         self._argv_for_port = argv_for_port
         self._env = env
@@ -317,7 +370,7 @@ class RunnerProcess:
                 env={**(os.environ if self._env is None else self._env), **load_progress.ROUTER_ENV,
                      "LLAMA_API_KEY": self.api_key},
                 start_new_session=True,
-                preexec_fn=pdeathsig_preexec,
+                preexec_fn=_limited_preexec(self.memory_limit),
             )
         except BaseException:
             for fd in (stdout_r, stderr_r, stdin_w):
@@ -418,8 +471,12 @@ class RunnerProcess:
         else:
             if not self._failure:
                 detail = self.failure_message()
-                self._failure = (f"llama runner process has terminated: exit status {self.returncode}"
-                                 + (f": {detail}" if detail else ""))
+                if self.memory_limit is not None and exceeded_limit(self.returncode, self.stderr_tail):
+                    self._failure = (f"model '{self.name}' exceeded its memory limit of {_size(self.memory_limit)}"
+                                     + (f": {detail}" if detail else ""))
+                else:
+                    self._failure = (f"llama runner process has terminated: exit status {self.returncode}"
+                                     + (f": {detail}" if detail else ""))
             log.warning("runner %s exited unexpectedly (%s)", self.name, self._failure)
             await self._set_state(RunnerState.FAILED)
         if self._on_exit:
@@ -432,6 +489,10 @@ class RunnerProcess:
                 try:
                     async with session.get(f"{self.base_url}/health") as resp:
                         if resp.status == 200:
+                            if self.slots is not None:  # before ready: no request may take a slot first
+                                await self.slots.restore(self.base_url, self.auth_headers)
+                                if self.state != RunnerState.STARTING:  # stopped meanwhile
+                                    return
                             self.load_duration = time.monotonic() - self.started_at
                             log.info("runner %s ready in %.2fs on port %d", self.name, self.load_duration, self.port)
                             await self._set_state(RunnerState.READY)
@@ -448,6 +509,11 @@ class RunnerProcess:
                         await self._changed.wait_for(lambda: self.state != RunnerState.STARTING)
                     return
                 await asyncio.sleep(_HEALTH_POLL_SECONDS)
+
+    async def save_slots(self) -> None:
+        """Save the slots (when it has a place for them and is ready) before a stop; never raises."""
+        if self.slots is not None and self.state == RunnerState.READY:
+            await self.slots.save(self.base_url, self.auth_headers)
 
     # -- stop ----------------------------------------------------------------------------------------------
     async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:

@@ -18,9 +18,9 @@ from ollama_py.config import Settings
 from ollama_py.errors import ModelNotFound, RunnerLoadError
 from ollama_py.estimate import devices, memory
 from ollama_py.estimate import gpus as gpu_probe
-from ollama_py.runner import rpc, shards, variants
+from ollama_py.runner import rpc, shards, slot_cache, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
-from ollama_py.runner.process import RunnerProcess, RunnerState
+from ollama_py.runner.process import RunnerProcess, RunnerState, address_space_limit
 from ollama_py.scheduler import model_settings, policy
 from ollama_py.scheduler.scheduler import Loaded, LoadPlan, Scheduler
 
@@ -104,12 +104,15 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
                                  spread=settings.sched_spread, overhead=settings.gpu_overhead,
                                  system_free=system_free)
 
+    def prompt_cache(est: memory.Estimate) -> int:
+        return memory.prompt_cache_bytes(settings.cache_ram, est.kv, embedding=embedding)
+
     def fits(slots: int) -> bool:
         """All of it in free memory: every layer on the GPUs where there are GPUs to use, else in free RAM."""
-        _, placement = load_with(slots)
+        est, placement = load_with(slots)
         if gpus and num_gpu != 0:
             return bool(placement.size_vram) and placement.n_gpu_layers >= shape.block_count + 1 and placement.fits
-        return placement.size <= system_free
+        return placement.size + prompt_cache(est) <= system_free
 
     parallel = policy.choose_parallel(settings.num_parallel, embedding=embedding, architecture=shape.architecture,
                                       fits=fits)
@@ -133,6 +136,8 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
             # over all devices by their free memory; the workers take what they report off this machine.
             n_gpu_layers = shape.block_count + 1
             size = max(size - sum(workers.values()), 0)
+    cache_ram = prompt_cache(est)  # host memory, whatever the placement: part of the size, never of size_vram
+    size += cache_ram
     # a reranker's embedding runner is a rerank runner: the only kind its model has (Model.capabilities)
     rerank = embedding and "rerank" in getattr(model, "capabilities", ())
     draft = None if embedding else getattr(model, "draft_path", None)
@@ -162,14 +167,14 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         draft_model=draft,
         draft_ngram=bool(options.get("draft_ngram")) and not embedding,
         draft_max=options.get("draft_num_predict") or None,
+        cache_ram_mib=cache_ram // memory.MiB,
     )
     key = "|".join([str(model.model_path), *map(str, model.adapters), *([f"draft={draft}"] if draft else []),
                     "rerank" if rerank else "embed" if embedding else "gen"])
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
-    return LoadPlan(key=key, spec=spec, load_options=load_options, size=size,
-                    size_vram=size_vram, vram_reserve=placement.reserve if size_vram else 0,
-                    context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
+    return LoadPlan(key=key, spec=spec, load_options=load_options, size=size, cache_ram=cache_ram,
+                    size_vram=size_vram, context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
                     gpus=None if runner.devices is None else tuple(g.uuid for g in gpus))
 
 
@@ -243,15 +248,64 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
     # ggml prints a gdb backtrace when it aborts: slow, and noise in the error a user sees.
     env = {**(env if env is not None else os.environ), "GGML_NO_BACKTRACE": "1", "LLAMA_MEDIA_MARKER": MEDIA_MARKER}
     bad = variants.BadVariants(settings.data_dir / "bad-variants.json", settings.runners_dir)
+    saved = prompt_cache_on_disk(settings)
+    cores = physical_cores()
 
     def factory(plan: LoadPlan, name: str, on_exit: Callable[[RunnerProcess], None]) -> RunnerProcess:
         built = variants.built_variants(settings.runners_dir)
         order = variants.candidate_order(host, built, forced=settings.llm_library, bad=bad.load())
         candidates = [(v, built[v]) for v in order]
-        return VariantRunner(plan.spec, candidates, bad, shard_links=settings.data_dir / "shards", name=name, env=env,
-                             load_timeout=settings.load_timeout, on_exit=on_exit)
+        spec, slots = plan.spec, None
+        if saved is not None and not spec.embedding and candidates:
+            # blocking, but a mkdir (the factory runs on the loop, as it always has)
+            directory = saved.directory(slot_cache.key_for(spec, candidates[0][0]))
+            spec = dataclasses.replace(spec, slot_save_path=directory)
+            slots = slot_cache.RunnerSlots(saved, directory, spec.parallel)
+        # CPU builds only: a GPU driver reserves address space far beyond what it uses
+        limit = None
+        if settings.runner_memory_limit and not plan.size_vram and candidates and candidates[0][0] not in GPU_VARIANTS \
+                and not spec.rpc_servers:
+            limit = address_space_limit(plan.size, cores)
+        return VariantRunner(spec, candidates, bad, shard_links=settings.data_dir / "shards", name=name, env=env,
+                             load_timeout=settings.load_timeout, on_exit=on_exit, slots=slots, memory_limit=limit)
 
     return factory
+
+
+def prompt_cache_on_disk(settings: Settings) -> slot_cache.SlotCache | None:
+    """Where runners save their slots at unload (OLLAMA_PY_PROMPT_CACHE_DISK MiB of it); None when that is 0."""
+    if settings.prompt_cache_disk <= 0:
+        return None
+    return slot_cache.SlotCache(settings.data_dir / "prompt-cache", settings.prompt_cache_disk * memory.MiB)
+
+
+def forget_saved_slots(settings: Settings) -> Callable[[Model], None]:
+    """The Scheduler's forget_slots seam: remove a deleted model's saved slots (blocking)."""
+    saved = prompt_cache_on_disk(settings)
+
+    def forget(model: Model) -> None:
+        if saved is not None and model.model_path is not None:
+            saved.forget(model.model_path)
+
+    return forget
+
+
+def physical_cores() -> int:
+    """The physical cores this process may run on (its CPU affinity; hyperthreads of one core count once), as
+    Ollama gives one runner; os.cpu_count() where the topology cannot be read."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topology / "physical_package_id").read_text().strip(),
+                       (topology / "core_id").read_text().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(len(cores), 1)
 
 
 def runner_gpus(variant: str, binary: Path | None, env: dict[str, str]) -> list[gpu_probe.GpuInfo]:
@@ -345,6 +399,8 @@ def default_scheduler(settings: Settings,
         gpu_count=len(gpus),
         default_keep_alive=(lambda model: models(model).keep_alive) if models is not None else (lambda model: None),
         may_stay=may_stay,
+        cpu_cores=physical_cores(),
+        forget_slots=forget_saved_slots(settings),
     )
     scheduler.listeners.append(record_actual_memory)
     scheduler.listeners.append(track_device_memory)  # after record_actual_memory: it reads what that one read
@@ -363,12 +419,9 @@ def record_actual_memory(event: str, loaded: Loaded) -> None:
         return
     total = sum(devices.values())
     vram = sum(v for dev, v in devices.items() if dev != "CPU" and not dev.startswith("RPC"))
-    loaded.actual_size, loaded.actual_vram, loaded.devices = total, vram, devices
-    if vram and all_layers_on_gpus(buffers, loaded.plan, devices):
-        # Ollama's rule: every layer offloaded is "100% GPU", size_vram == size. llama.cpp still keeps the token
-        # embeddings (CPU_Mapped) and staging buffers (CUDA_Host) in host memory; `devices` keeps that real split.
-        loaded.actual_vram = loaded.actual_size
-    estimated = loaded.plan.size
+    # the prompt cache is not among llama-server's buffers: it fills later, up to its cap, which /api/ps counts
+    loaded.actual_size, loaded.actual_vram, loaded.devices = total + loaded.plan.cache_ram, vram, devices
+    estimated = loaded.plan.size - loaded.plan.cache_ram
     error = (estimated - total) / total * 100 if total else 0.0
     log.info("memory of %s: estimated %.1f MiB, llama-server allocated %.1f MiB (%+.1f%%), %.1f MiB on GPUs%s",
              loaded.name, estimated / 2**20, total / 2**20, error, vram / 2**20,

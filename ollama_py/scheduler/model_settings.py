@@ -58,12 +58,13 @@ def runner_args(ms: ModelSettings, *, offload: bool = True) -> tuple[str, ...]:
 
 
 def planning_settings(settings: Settings, ms: ModelSettings) -> Settings:
-    """The server settings with this model's slots, KV cache type and flash attention in place."""
+    """The server settings with this model's slots, KV cache type, flash attention and prompt cache in place."""
     flash = settings.flash_attention
     if ms.flash_attention is not None:
         flash = None if ms.flash_attention == "auto" else ms.flash_attention
     return dataclasses.replace(settings, num_parallel=ms.num_parallel or settings.num_parallel,
-                               kv_cache_type=ms.kv_cache_type or settings.kv_cache_type, flash_attention=flash)
+                               kv_cache_type=ms.kv_cache_type or settings.kv_cache_type, flash_attention=flash,
+                               cache_ram=settings.cache_ram if ms.cache_ram is None else ms.cache_ram)
 
 
 def planning_options(options: dict[str, Any], ms: ModelSettings) -> dict[str, Any]:

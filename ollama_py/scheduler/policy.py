@@ -28,6 +28,11 @@ class Resident:
     busy: bool
     session_duration: float
     size: int = 0
+    size_vram: int = 0
+
+    def held(self, vram: bool) -> int:
+        """What it holds of GPU memory (vram) or else of host memory."""
+        return self.size_vram if vram else max(self.size - self.size_vram, 0)
 
 
 def max_runners(setting: int, gpu_count: int) -> int:
@@ -61,6 +66,25 @@ def must_evict(loaded: Sequence[Resident], limit: int, need_bytes: int, free_byt
     if len(loaded) >= limit:
         return True
     return free_bytes is not None and need_bytes > free_bytes
+
+
+def never_fits(loaded: Sequence[Resident], need_bytes: int, free_bytes: int | None, *, vram: bool) -> bool:
+    """Whether need_bytes does not fit even with every loaded runner gone: free now plus all they hold (the busy
+    ones too: they become idle in time, so only a load that needs more than that can never happen)."""
+    if free_bytes is None:
+        return False
+    return need_bytes > free_bytes + sum(r.held(vram) for r in loaded)
+
+
+def cpu_threads(cores: int, cpu_runners: int) -> int:
+    """Threads for a runner on the CPU when cpu_runners (itself included) will be loaded: an equal share of the
+    cores, at least one. One runner gets every core (Ollama: the physical cores); llama-server's threads spin
+    while they wait for work, so two runners that each take every core slow each other down many times over."""
+    return max(1, cores // max(cpu_runners, 1))
+
+
+MEMORY_RECOVERY_SECONDS = 5.0  # how long an evicted runner's memory may take to show as free once it has exited
+MEMORY_RECOVERED = 0.75  # ... and the share of it that counts as back
 
 
 def needs_reload(current: dict[str, object], wanted: dict[str, object]) -> bool:

@@ -9,13 +9,20 @@ Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, o
 (LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (plan -> bytes free where that plan puts the model:
 VRAM when it offloads to GPUs, else RAM; None skips the check) and `may_stay` (loading model, loaded model -> whether
 the loaded one may stay beside it: the config file's exclusive groups; one that may not is unloaded first, once it
-is idle, never mid-request).
+is idle, never mid-request), `cpu_cores` (the cores runners on the CPU share: policy.cpu_threads; 0 leaves threads to
+llama-server) and `forget_slots` (a model's weights -> remove its saved slots: runner/slot_cache.py).
+
+Under memory pressure: a model that does not fit even with every other runner unloaded fails at once
+(InsufficientMemory, naming the numbers); else idle runners are evicted one at a time, and the next runner starts
+only once the evicted one has exited and its memory shows as free again (up to MEMORY_RECOVERY_SECONDS), so a slow
+release never evicts a second runner for nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import math
@@ -25,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ollama_py.config import Settings
-from ollama_py.errors import OllamaError, ServerBusy
+from ollama_py.errors import InsufficientMemory, OllamaError, ServerBusy
 from ollama_py.runner.argv import LaunchSpec
 from ollama_py.runner.client import LlamaClient, RunnerStalled
 from ollama_py.runner.load_progress import LoadReport
@@ -51,12 +58,13 @@ class LoadPlan:
     key: str
     spec: LaunchSpec
     load_options: dict[str, Any]
-    size: int = 0
+    size: int = 0  # all of it: weights, KV cache, buffers and the prompt cache's cap
     size_vram: int = 0
     # device memory the runner's own context takes beyond size_vram (memory.GPU_MINIMUM of each GPU it uses); the
     # free_memory seam leaves it out of what a plan may fill
     vram_reserve: int = 0
     context_length: int = 4096
+    cache_ram: int = 0  # the prompt cache's cap (--cache-ram), in host memory: part of size
     lineage: str = ""
     gpus: tuple[str, ...] | None = None  # GpuInfo.uuid of the only GPUs it may use (--device); None: any
 
@@ -77,6 +85,7 @@ class Loaded:
     expires_at: float = math.inf  # wall clock
     timer: asyncio.TimerHandle | None = None
     unloading: bool = False
+    keep_slots: bool = True  # save its slots when it stops for keep-alive, eviction or new settings (not on delete)
     requests_served: int = 0
     # What llama-server really allocated, from its buffer log lines once loaded (factory.record_actual_memory);
     # None / empty until then, or when its log names no buffers.
@@ -95,7 +104,8 @@ class Loaded:
         return {RunnerState.STARTING: "loading", RunnerState.READY: "ready"}.get(self.runner.state, "stopping")
 
     def resident(self) -> policy.Resident:
-        return policy.Resident(self.key, self.name, self.refcount > 0, self.session_duration, self.plan.size)
+        return policy.Resident(self.key, self.name, self.refcount > 0, self.session_duration, self.plan.size,
+                               self.plan.size_vram)
 
 
 class Scheduler:
@@ -110,6 +120,8 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         default_keep_alive: Callable[[Model], float | None] = lambda model: None,
         may_stay: Callable[[Model, Model], bool] = lambda loading, loaded: True,
+        cpu_cores: int = 0,
+        forget_slots: Callable[[Model], object] = lambda model: None,
     ) -> None:
         self.settings = settings
         self._default_keep_alive = default_keep_alive  # a model's own default (the config file), else settings'
@@ -118,6 +130,8 @@ class Scheduler:
         self._free_memory = free_memory
         self._clock = clock
         self._may_stay = may_stay
+        self._cpu_cores = cpu_cores
+        self._forget_slots = forget_slots
         self.max_runners = policy.max_runners(settings.max_loaded_models, gpu_count)
         self.loaded: dict[str, Loaded] = {}
         self.pending = 0
@@ -184,9 +198,10 @@ class Scheduler:
         async with self.use(model, options, keep_alive, embedding=embedding, progress=progress) as loaded:
             return loaded
 
-    async def unload(self, model: Model, *, wait: bool = False) -> bool:
+    async def unload(self, model: Model, *, wait: bool = False, keep_slots: bool = True) -> bool:
         """Unload every runner of a model now if idle, else as soon as it is idle. False when none was loaded.
-        With `wait`, return once those runners have stopped (after their current requests)."""
+        With `wait`, return once those runners have stopped (after their current requests). `keep_slots` False:
+        its slots are not saved for the next load (the model is being deleted)."""
         try:
             plans = [await self._make_plan(model, {}, embedding) for embedding in (False, True)]
             # ... and a runner it started with runner settings since changed (same lineage, another key)
@@ -202,11 +217,19 @@ class Scheduler:
                     continue
                 targets.append(loaded)
                 loaded.session_duration = 0.0
+                loaded.keep_slots = loaded.keep_slots and keep_slots
                 if loaded.refcount == 0 and not loaded.unloading:
                     self._start_unload(loaded, "unloaded")
             if wait:  # those runners, not a new one a later request may start on the same weights
                 await self._changed.wait_for(lambda: all(self.loaded.get(t.key) is not t for t in targets))
         return bool(targets)
+
+    async def forget_slots(self, model: Model) -> None:
+        """Remove the slots saved for a model's weights (blocking file work, off the loop)."""
+        try:
+            await asyncio.to_thread(self._forget_slots, model)
+        except OSError as e:
+            log.warning("could not remove the saved slots of %s: %s", getattr(model, "name", model), e)
 
     async def shutdown(self) -> None:
         """Stop every runner and wait for them (SIGTERM, grace, SIGKILL, reap)."""
@@ -269,6 +292,8 @@ class Scheduler:
                 stopping = any(entry.unloading for entry in self.loaded.values())
                 free = await asyncio.to_thread(self._free_memory, plan)  # a device probe: off the loop
                 need = plan.size_vram or plan.size
+                if not stopping and policy.never_fits(residents, need, free, vram=bool(plan.size_vram)):
+                    raise _insufficient(model, plan, need, free or 0, residents)
                 if policy.must_evict(residents, self.max_runners, need, free) or (
                         stopping and len(self.loaded) >= self.max_runners):
                     victim = policy.choose_victim(residents)
@@ -283,6 +308,10 @@ class Scheduler:
 
     def _new(self, model: Model, plan: LoadPlan, keep_alive: float | None) -> Loaded:
         name = str(getattr(getattr(model, "name", None), "short", getattr(model, "name", "model")))
+        if self._cpu_cores and not plan.size_vram and not plan.spec.num_thread:  # a user's num_thread wins
+            on_cpu = 1 + sum(1 for entry in self.loaded.values() if not entry.plan.size_vram and not entry.unloading)
+            threads = policy.cpu_threads(self._cpu_cores, on_cpu)
+            plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, num_thread=threads))
         runner = self._runner_factory(plan, name, self._on_runner_exit)
         read_timeout = None if math.isinf(self.settings.request_timeout) else self.settings.request_timeout
         loaded = Loaded(
@@ -334,12 +363,36 @@ class Scheduler:
         asyncio.get_running_loop().create_task(self._finish_unload(loaded, why))
 
     async def _finish_unload(self, loaded: Loaded, why: str) -> None:
+        freed = None
+        if why == "evicted":  # what its memory should come back to once it has exited
+            with contextlib.suppress(Exception):
+                freed = await asyncio.to_thread(self._free_memory, loaded.plan)
+        if why in ("unloaded", "evicted") and loaded.keep_slots and loaded.runner.state == RunnerState.READY:
+            await loaded.runner.save_slots()  # never raises: a slot that cannot be saved is only logged
         await self._stop(loaded)
+        if freed is not None:
+            await self._memory_back(loaded, freed)
         async with self._changed:
             if self.loaded.get(loaded.key) is loaded:
                 del self.loaded[loaded.key]
             self._changed.notify_all()
         self._emit(why, loaded)
+
+    async def _memory_back(self, loaded: Loaded, free_before: int) -> None:
+        """Wait (up to MEMORY_RECOVERY_SECONDS) until most of what an evicted runner held shows as free: a driver or
+        the kernel can take a moment, and a load planned before then would evict another runner for nothing."""
+        target = free_before + int((loaded.plan.size_vram or loaded.plan.size) * policy.MEMORY_RECOVERED)
+        deadline = time.monotonic() + policy.MEMORY_RECOVERY_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                free = await asyncio.to_thread(self._free_memory, loaded.plan)
+            except Exception:
+                return
+            if free is None or free >= target:
+                return
+            await asyncio.sleep(0.1)
+        log.info("memory of %s not yet back %.1fs after it exited; going on", loaded.name,
+                 policy.MEMORY_RECOVERY_SECONDS)
 
     async def _stop(self, loaded: Loaded) -> None:
         with contextlib.suppress(Exception):
@@ -400,6 +453,20 @@ async def _relay(loaded: Loaded, progress: Callable[[Loaded, LoadReport], None])
             progress(loaded, report)
         except Exception:
             log.exception("load progress listener failed")
+
+
+def _insufficient(model: Model, plan: LoadPlan, need: int, free: int,
+                  residents: list[policy.Resident]) -> InsufficientMemory:
+    kind = "GPU" if plan.size_vram else "system"
+    held = sum(r.held(bool(plan.size_vram)) for r in residents)
+    name = getattr(getattr(model, "name", None), "short", getattr(model, "name", "model"))
+    others = f", {_gib(held)} more held by the other loaded models" if held else ""
+    return InsufficientMemory(f"model '{name}' requires more {kind} memory ({_gib(need)}) than is available "
+                              f"({_gib(free)} free{others})")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _same_lineage(loaded: LoadPlan, plans: list[LoadPlan]) -> bool:

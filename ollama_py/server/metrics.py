@@ -14,16 +14,18 @@ Three sources, one registry per `Metrics` (tests build many apps, so nothing is 
   fetched concurrently and re-labelled with `model` and `runner` (completion|embedding) under llama.cpp's names
   (`llamacpp:prompt_tokens_total{model="smollm2:135m",runner="completion"}`), so llama.cpp dashboards still work.
 
-Labels stay bounded: `model` is only ever a name that resolved to a stored model ("" otherwise).
+Labels stay bounded: `model` is only ever a name that resolved to a stored model ("" otherwise), and a deleted
+model's series go with it (`forget_model`). The text is rendered in a thread, not on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -107,18 +109,22 @@ class _LiveState:
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
+        self._snapshot: list[Metric] = []
 
     def describe(self) -> list[Metric]:
         return []  # nothing to check for clashes at registration; collecting needs the scheduler
 
-    def collect(self) -> Iterator[Metric]:
+    def take(self) -> None:
+        """On the event loop, where the scheduler lives: its state now, for the render thread to collect."""
         m = self._metrics
-        sched = m.scheduler
-        if sched is not None:
-            yield from self._scheduler(sched)
-        yield from _merge(m.runner_families)
+        out: list[Metric] = list(self._scheduler(m.scheduler)) if m.scheduler is not None else []
+        out += _merge(m.runner_families)
         if m.gpus:
-            yield from _gpus(m.gpus)
+            out += _gpus(m.gpus)
+        self._snapshot = out
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._snapshot
 
     @staticmethod
     def _scheduler(sched: Scheduler) -> Iterator[Metric]:
@@ -140,6 +146,9 @@ class _LiveState:
         memory = GaugeMetricFamily("ollama_model_memory_bytes", "Estimated memory of a loaded model, by kind",
                                    labels=[*labels, "memory"])
         context = GaugeMetricFamily("ollama_model_context_length", "Context length per slot", labels=labels)
+        cache_ram = GaugeMetricFamily("ollama_model_prompt_cache_bytes",
+                                      "Cap of the runner's host prompt cache (--cache-ram), part of its RAM",
+                                      labels=labels)
         allocated = GaugeMetricFamily("ollama_model_allocated_bytes",
                                       "What llama-server reported allocating after the load, by device (CPU, CUDA0, "
                                       "Vulkan0, RPC0...); compare with ollama_model_memory_bytes, the estimate",
@@ -160,9 +169,11 @@ class _LiveState:
             memory.add_metric([*key, "vram"], loaded.plan.size_vram)
             memory.add_metric([*key, "ram"], max(loaded.plan.size - loaded.plan.size_vram, 0))
             context.add_metric(list(key), loaded.plan.context_length)
+            cache_ram.add_metric(list(key), loaded.plan.cache_ram)
             for device, size in loaded.devices.items():
                 allocated.add_metric([*key, device], size)
-        yield from (depth, capacity, loaded_count, state, queued, active, slots, memory, context, allocated)
+        yield from (depth, capacity, loaded_count, state, queued, active, slots, memory, context, allocated,
+                    cache_ram)
 
 
 def _merge(per_runner: Iterable[list[Metric]]) -> Iterator[Metric]:
@@ -205,6 +216,12 @@ class Metrics:
             gpu_probe if gpu_probe is not None else nvidia_gpus(dict(os.environ)))
         self._scrape_timeout = scrape_timeout
         self._crashed: set[str] = set()
+        # Per model name, every (metric, label values) it has a series under: dropped when the model is deleted.
+        self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}
+        self._render_lock = asyncio.Lock()
+        # Per model name, every (metric, label values) it has a series under: dropped when the model is deleted.
+        self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}
+        self._render_lock = asyncio.Lock()
         r = self.registry
         self.requests = Counter("ollama_requests", "HTTP requests by route, model and status",
                                 ["endpoint", "method", "model", "status"], registry=r)
@@ -240,47 +257,63 @@ class Metrics:
         self.restarts = Counter("ollama_runner_restarts", "Loads of a model whose previous runner crashed",
                                 ["model"], registry=r)
         ProcessCollector(registry=r)
-        r.register(_LiveState(self))
+        self._live = _LiveState(self)
+        r.register(self._live)
 
     # -- wiring ----------------------------------------------------------------------------------------------
     def attach(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         scheduler.listeners.append(self.on_scheduler_event)
 
+    def _of(self, metric: Any, model: str, *values: str) -> Any:
+        """metric.labels(*values), a series of `model`'s (forget_model drops it)."""
+        if model:
+            self._series.setdefault(model, set()).add((metric, values))
+        return metric.labels(*values)
+
+    def forget_model(self, name: str) -> None:
+        """Drop every series labelled with this model (it was deleted): /metrics lists what exists."""
+        for metric, values in self._series.pop(name, ()):
+            with contextlib.suppress(KeyError):
+                metric.remove(*values)
+        self._crashed.discard(name)
+
     def on_scheduler_event(self, event: str, loaded: Loaded) -> None:
         name = loaded.name
         if event == "loaded":
-            self.loads.labels(name).inc()
-            self.load_duration.labels(name).observe(loaded.runner.load_duration)
+            self._of(self.loads, name, name).inc()
+            self._of(self.load_duration, name, name).observe(loaded.runner.load_duration)
             if name in self._crashed:
                 self._crashed.discard(name)
-                self.restarts.labels(name).inc()
+                self._of(self.restarts, name, name).inc()
         elif event == "failed":
-            self.load_failures.labels(name).inc()
+            self._of(self.load_failures, name, name).inc()
         elif event == "unloaded":
-            self.unloads.labels(name).inc()
+            self._of(self.unloads, name, name).inc()
         elif event == "evicted":
-            self.evictions.labels(name).inc()
+            self._of(self.evictions, name, name).inc()
         elif event == "crashed":
-            self.crashes.labels(name).inc()
+            self._of(self.crashes, name, name).inc()
             self._crashed.add(name)
 
     def observe_request(self, *, endpoint: str, method: str, status: int, stats: RequestStats,
                         duration: float) -> None:
         model = stats.model
-        self.requests.labels(endpoint, method, model, str(status)).inc()
-        self.request_duration.labels(endpoint, model).observe(duration)
+        if endpoint == "/api/delete" and status == 200:
+            model = ""  # it is gone: counting the delete under its name would bring its series back
+        self._of(self.requests, model, endpoint, method, model, str(status)).inc()
+        self._of(self.request_duration, model, endpoint, model).observe(duration)
         if status == 503:
-            self.rejected.labels(endpoint, model).inc()
+            self._of(self.rejected, model, endpoint, model).inc()
         if stats.ttft is not None:
-            self.ttft.labels(model).observe(stats.ttft)
+            self._of(self.ttft, model, model).observe(stats.ttft)
         if stats.eval_tokens is not None:
-            self.prompt_tokens.labels(model).inc(stats.prompt_tokens or 0)
-            self.generated_tokens.labels(model).inc(stats.eval_tokens)
-            self.prompt_seconds.labels(model).inc(stats.prompt_eval_ns / 1e9)
-            self.eval_seconds.labels(model).inc(stats.eval_ns / 1e9)
+            self._of(self.prompt_tokens, model, model).inc(stats.prompt_tokens or 0)
+            self._of(self.generated_tokens, model, model).inc(stats.eval_tokens)
+            self._of(self.prompt_seconds, model, model).inc(stats.prompt_eval_ns / 1e9)
+            self._of(self.eval_seconds, model, model).inc(stats.eval_ns / 1e9)
             if stats.eval_ns > 0 and stats.eval_tokens > 0:
-                self.tokens_per_second.labels(model).observe(stats.eval_tokens / (stats.eval_ns / 1e9))
+                self._of(self.tokens_per_second, model, model).observe(stats.eval_tokens / (stats.eval_ns / 1e9))
 
     # -- scraping --------------------------------------------------------------------------------------------
     async def refresh(self) -> None:
@@ -322,9 +355,12 @@ class Metrics:
         return gpus
 
     async def render(self) -> bytes:
-        """The exposition in Prometheus text format (CONTENT_TYPE)."""
-        await self.refresh()
-        return generate_latest(self.registry)
+        """The exposition in Prometheus text format (CONTENT_TYPE). The scheduler's state is taken here, on the
+        loop; the text (every series, the process's /proc figures) is written in a thread. One render at a time."""
+        async with self._render_lock:
+            await self.refresh()
+            self._live.take()
+            return await asyncio.to_thread(generate_latest, self.registry)
 
 
 @metrics_routes.get("/metrics")

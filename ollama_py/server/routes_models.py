@@ -22,7 +22,7 @@ from ollama_py.api.options import format_params
 from ollama_py.api.wire import ShowResponse
 from ollama_py.errors import BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
-from ollama_py.server.appkeys import CONFIG, SCHEDULER, SETTINGS, STORE
+from ollama_py.server.appkeys import CONFIG, METRICS, SCHEDULER, SETTINGS, STORE
 from ollama_py.server.bodies import field, model_name, read_json, requested_model
 from ollama_py.server.model_lookup import find_model
 from ollama_py.server.streaming import collect, ndjson
@@ -146,8 +146,10 @@ async def delete(request: web.Request) -> web.Response:
     # that: a stream in progress finishes), but only when no other name uses the same weights: deleting a copy
     # must not unload the original. Decided before the delete, while the weights can still be read.
     if scheduler is not None and weights and await asyncio.to_thread(store.only_user, name, weights[0].digest):
-        await scheduler.unload(model)
+        await scheduler.unload(model, keep_slots=False)
+        await scheduler.forget_slots(model)  # its prompt cache on disk goes with it
     await asyncio.to_thread(store.delete, name)
+    request.app[METRICS].forget_model(model.name.short)
     return web.Response(status=200)
 
 

@@ -144,6 +144,7 @@ async def test_loaded_model_state_memory_and_slots(gateway: Any) -> None:
     assert got.value("ollama_model_memory_bytes", **runner, memory="ram") == plan.size - plan.size_vram
     assert got.value("ollama_model_memory_bytes", **runner, memory="vram") == plan.size_vram
     assert got.value("ollama_model_context_length", **runner) == plan.context_length
+    assert got.value("ollama_model_prompt_cache_bytes", **runner) == plan.cache_ram > 0  # part of "ram" above
 
 
 async def test_streaming_chat_records_time_to_first_token_within_the_request(gateway: Any) -> None:
@@ -321,6 +322,40 @@ async def test_debug_logging_adds_request_details(gateway: Any, caplog: pytest.L
     debug = [r.getMessage() for r in caplog.records
              if r.name == "ollama_py.server.access_log" and r.levelno == logging.DEBUG]
     assert any("endpoint=/api/version" in m and "metrics-test/1.0" in m for m in debug), debug
+
+
+async def test_a_deleted_models_series_go_with_it(gateway: Any) -> None:
+    """Issue 34: every model a request touched kept its series forever, after /api/delete too."""
+    client = await gateway(models=("other",))
+    await generate(client)
+    await generate(client, "other")
+    resp = await client.delete("/api/delete", json={"model": "tiny"})
+    assert resp.status == 200
+    got = await scrape_until(client, lambda s: not any(x.labels.get("model") == MODEL for x in s.samples),
+                             "the deleted model's series gone")  # its runner's gauges go once it has stopped
+    assert got.value("ollama_requests_total", **GEN, status="200") == 0
+    assert got.value("ollama_requests_total", endpoint="/api/generate", model="other:latest", status="200") == 1
+    assert got.value("ollama_model_loads_total", model="other:latest") == 1
+    assert got.value("ollama_requests_total", endpoint="/api/delete", model="", status="200") == 1
+    await generate(client, "other")
+    assert (await scrape(client)).value("ollama_requests_total", endpoint="/api/generate", status="200") == 2
+
+
+async def test_the_exposition_is_written_off_the_event_loop(gateway: Any) -> None:
+    """Issue 34: thousands of series were rendered on the loop, stalling every stream while /metrics was read."""
+    import threading
+
+    client = await gateway()
+    threads: list[threading.Thread] = []
+
+    class Probe:
+        def collect(self) -> Any:
+            threads.append(threading.current_thread())
+            return iter(())
+
+    client.app[METRICS].registry.register(Probe())
+    await scrape(client)
+    assert threads and threading.main_thread() not in threads
 
 
 # -- relabel (pure) ---------------------------------------------------------------------------------------------------
