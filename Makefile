@@ -10,10 +10,11 @@ GEMMA := $(MODELS_CACHE)/gemma-3-270m-q4_k_m.gguf
 PROMPT ?= Why is the sky blue?
 export OLLAMA_HOST ?= 127.0.0.1:11434
 
-.PHONY: install prereqs test-prereqs runners models run lint test test-unit test-integration bench bench-peers clean help
+.PHONY: install prereqs test-prereqs runner runners models run lint test test-unit test-integration bench bench-peers clean help
 
 help:
-	@echo "make run    build everything needed, start the server in the background, ask SmolLM2 a question"
+	@echo "make run    build what this host answers from, start the server in the background, ask SmolLM2 a question"
+	@echo "make runners  every runner variant this host can build (make run builds only the one it uses)"
 	@echo "make test   the whole test suite: lint, unit tests, then integration with the real llama-server and SmolLM2"
 	@echo "make lint   ruff and mypy (seconds; the first step of make test)"
 	@echo "make bench  benchmarks (results in bench/results/)"
@@ -42,15 +43,21 @@ $(VENV)/.installed-convert: pyproject.toml $(VENV)/.installed
 	@PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[convert]'
 	@touch $@
 
+# Every runner variant this host can build and run (cpu, cpu_avx2, vulkan, cuda, metal as the host allows).
 runners: | prereqs
 	@scripts/build_runners.sh
+
+# Only the variant this host will answer from (cuda where an NVIDIA GPU is, metal on Apple Silicon, vulkan on a
+# Vulkan GPU, else the best CPU build): what `make run` builds first; the others come with `make runners`.
+runner: | prereqs
+	@scripts/build_runners.sh --this-host
 
 models:
 	@PYTHON=$(PYTHON) scripts/fetch_models.sh
 
 install: $(VENV)/.installed runners models
 
-run: install
+run: $(VENV)/.installed runner models
 	@PY=$(PY) scripts/demo.sh "$(PROMPT)"
 
 # The cheap checks first, so a style, type or unit failure shows in seconds, before the long runner build:
