@@ -51,9 +51,11 @@ from ollama_py.store.registry_limits import (
     MAX_REDIRECTS,
     REDIRECTS,
     TargetPolicy,
+    guard_connections,
     host_of,
     read_body,
     reason,
+    refusal,
 )
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,7 @@ class RegistryClient:
         self.session.headers["User-Agent"] = USER_AGENT
         self.session.headers["Accept-Encoding"] = "identity"  # bodies are read raw and capped (registry_limits)
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        guard_connections(adapter, self.targets)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.auth = RegistryAuth(name.host, self.session, credential_files=options.credential_files,
@@ -184,6 +187,9 @@ class RegistryClient:
                 resp = self.session.request(method, url, headers=send, data=data, stream=True,
                                             allow_redirects=False, timeout=timeout)
             except requests.RequestException as e:
+                refused = refusal(e)
+                if refused is not None:
+                    raise RegistryError(refused) from None
                 raise TransportError(f'{method} "{url}": {describe(e)}') from e
             if resp.status_code in ok:
                 return resp

@@ -48,7 +48,7 @@ import requests
 import urllib3
 
 from ollama_py.errors import RegistryError, Unauthorized
-from ollama_py.store.registry_limits import MAX_TOKEN_BYTES, TargetPolicy, read_body, reason
+from ollama_py.store.registry_limits import MAX_TOKEN_BYTES, TargetPolicy, read_body, reason, refusal
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +285,9 @@ class RegistryAuth:
             resp = self._session.get(url, headers=headers, timeout=self._timeout, stream=True,
                                      allow_redirects=False)
         except requests.RequestException as e:
+            refused = refusal(e)
+            if refused is not None:
+                raise Unauthorized(f"unauthorized: {refused}") from None
             raise Unauthorized(f"unauthorized: token request to {urlsplit(url).netloc} failed: {e}") from None
         with resp:
             if resp.status_code in (401, 403):

@@ -12,7 +12,10 @@ A registry is whatever host a client names in a model name, so its answers are a
   itself is spoken to over http; never at a loopback, private, link-local or otherwise non-public address
   unless the registry itself is on one (a registry on 127.0.0.1 in tests, one on the LAN). Names are
   resolved to decide; a name that does not resolve is let through (the connection fails on its own).
-  Known gap: a name that resolves differently when the connection is made (DNS rebinding) is not caught.
+- The same rule holds when a connection is made (`guard_connections`): for a registry that is not local, a
+  host that resolves to a non-public address is refused before connecting, and the connection goes to the
+  address that was checked, so a name that answers differently the second time (DNS rebinding) gains
+  nothing. Connections through a proxy (HTTPS_PROXY, the operator's choice) are the proxy's business.
 - At most MAX_REDIRECTS redirects per request, as Ollama (10).
 """
 
@@ -27,6 +30,11 @@ import zlib
 from urllib.parse import urlsplit
 
 import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 
 from ollama_py.errors import RegistryError
 
@@ -167,3 +175,69 @@ class TargetPolicy:
                 self._cache[key] = allowed
         if not allowed:
             raise RegistryError(f"registry {self.host}: refusing {what} to {host}, a local or private address")
+
+
+class ConnectionRefusedByPolicy(NewConnectionError):
+    """A connection the registry's rules do not allow (never retried: the message is the user's answer)."""
+
+    def __init__(self, conn: HTTPConnection, message: str) -> None:
+        super().__init__(conn, message)
+        self.message = message
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The policy's message when `exc` (as requests raises it) is a refused connection, else None."""
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen or not isinstance(e, BaseException):
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedByPolicy):
+            return e.message
+        stack.extend((getattr(e, "reason", None), e.__cause__, e.__context__, *e.args))
+    return None
+
+
+def _connect_checked(conn: HTTPConnection, policy: TargetPolicy) -> socket.socket:
+    """HTTPConnection._new_conn, resolving once and connecting only to addresses the policy allows."""
+    try:
+        infos = socket.getaddrinfo(conn._dns_host, conn.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise NameResolutionError(conn.host, conn, e) from e
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not policy.registry_is_local and not all(_public(a) for a in addresses):
+        raise ConnectionRefusedByPolicy(conn, f"registry {policy.host}: refusing to connect to {conn.host}, "
+                                              "a local or private address")
+    error: Exception = NewConnectionError(conn, f"no address for {conn.host}")
+    for address in addresses:
+        try:
+            return urllib3.util.connection.create_connection(
+                (address, conn.port), conn.timeout, source_address=conn.source_address,
+                socket_options=conn.socket_options)
+        except TimeoutError:
+            error = ConnectTimeoutError(conn, f"Connection to {conn.host} timed out. (connect timeout={conn.timeout})")
+        except OSError as e:
+            error = NewConnectionError(conn, f"Failed to establish a new connection: {e}")
+    raise error
+
+
+def guard_connections(adapter: HTTPAdapter, policy: TargetPolicy) -> None:
+    """Make every direct connection `adapter` opens obey `policy` (see the module docstring)."""
+
+    class GuardedHTTP(HTTPConnection):
+        def _new_conn(self) -> socket.socket:
+            return _connect_checked(self, policy)
+
+    class GuardedHTTPS(HTTPSConnection):
+        def _new_conn(self) -> socket.socket:
+            return _connect_checked(self, policy)
+
+    class GuardedHTTPPool(HTTPConnectionPool):
+        ConnectionCls = GuardedHTTP
+
+    class GuardedHTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = GuardedHTTPS
+
+    adapter.poolmanager.pool_classes_by_scheme = {"http": GuardedHTTPPool, "https": GuardedHTTPSPool}

@@ -414,6 +414,24 @@ def test_an_upload_location_on_a_local_address_is_refused(tmp_path: Path, hostil
     assert not hostile.requests_for("127.0.0.1:6379")
 
 
+def test_connections_to_local_addresses_are_refused_when_the_registry_is_not_local(hostile: HostileRegistry):
+    """What a name that resolved to a public address when its redirect was checked and to 127.0.0.1 when the
+    connection is made (DNS rebinding) meets: the connection itself is checked, before a byte is sent."""
+    hostile.answer = lambda h, seen: reply(h, 200, b"internal")
+    client = RegistryClient(parse_name("8.8.8.8/test/m:1"), RegistryOptions(proxies_from_env=False))
+    with client, pytest.raises(OllamaError) as e:
+        client.request("GET", f"http://{hostile.host}/internal")
+    assert str(e.value) == "registry 8.8.8.8: refusing to connect to 127.0.0.1, a local or private address"
+    assert hostile.seen == []
+
+
+def test_a_local_registry_connects_as_before(hostile: HostileRegistry):
+    hostile.answer = lambda h, seen: reply(h, 200, b"ok")
+    client = RegistryClient(parse_name(f"{hostile.host}/test/m:1"), RegistryOptions(insecure=True))
+    with client, client.request("GET", f"http://{hostile.host}/v2/") as resp:
+        assert resp.status_code == 200
+
+
 @pytest.mark.parametrize(("base", "target", "allowed"), [
     pytest.param("https://registry.invalid", "https://8.8.8.8/blob", True, id="public-https"),
     pytest.param("https://registry.invalid", "http://8.8.8.8/blob", False, id="http-from-https"),
