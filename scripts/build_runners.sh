@@ -12,8 +12,9 @@
 #   is present, nvidia-smi -L lists it).
 #
 # CUDA: the toolkit is nvcc on PATH or CUDA_HOME; without either (a machine with only the NVIDIA driver) one is
-# assembled from pinned, hash-checked PyPI wheels (scripts/cuda-wheels-<major>.txt: nvcc, crt, nvvm, runtime,
-# cccl, cuBLAS) into the cache, cuda-toolkit-<major>, for the CUDA major the driver supports. It is compiled for
+# assembled from pinned, hash-checked PyPI wheels (scripts/cuda-wheels-13.txt: nvcc, crt, nvvm, runtime, cccl,
+# cuBLAS) into the cache, cuda-toolkit-13, when the driver runs CUDA 13 (driver 580 or newer; CUDA 12's PyPI
+# nvcc wheel holds only ptxas, no compiler: an older driver needs a CUDA 12 toolkit installed). It is compiled for
 # this machine's GPUs only (nvidia-smi's compute capability, e.g. 9.0 -> sm_90): one architecture takes ~20 min
 # on 2 cores, each more adds as much. OLLAMA_PY_CUDA_ARCHITECTURES=all (packagers) builds every architecture nvcc
 # knows; it or CMAKE_CUDA_ARCHITECTURES may also name a list ("86;90"). The runner finds libcudart/libcublas at
@@ -50,8 +51,20 @@ host_variants() {
   if [ "$arch" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo \
      && grep -qw f16c /proc/cpuinfo; then v="$v cpu_avx2"; fi
   if vulkan_buildable; then v="$v vulkan"; fi
-  if nvidia_gpus_present; then v="$v cuda"; fi
+  if nvidia_gpus_present && [ -z "$(cuda_unbuildable)" ]; then v="$v cuda"; fi
   echo "$v"
+}
+
+# Why the cuda variant cannot be built on this host with an NVIDIA GPU; empty when it can: a toolkit is installed,
+# or the driver runs CUDA 13, whose PyPI wheels make one.
+cuda_unbuildable() {
+  if [ -n "${CUDA_HOME:-}" ] || command -v nvcc >/dev/null 2>&1; then return 0; fi
+  local driver; driver="$(driver_cuda_major)"
+  if [ -n "$driver" ] && [ "$driver" -lt 13 ]; then
+    echo "the NVIDIA driver runs CUDA $driver, and only CUDA 13's PyPI wheels hold a compiler: install a CUDA \
+$driver toolkit (nvcc; Debian/Ubuntu: nvidia-cuda-toolkit, or NVIDIA's cuda-toolkit-$driver-x packages) or update \
+the driver to 580 or newer, then run make runners (the vulkan variant uses the card through the driver meanwhile)"
+  fi
 }
 
 # The one variant ollama-py's runner choice (runner/variants.py) will take on this host: the vendor GPU build
@@ -133,17 +146,9 @@ ensure_cuda_toolkit() {
   elif command -v nvcc >/dev/null 2>&1; then
     CUDA_ROOT="$(cuda_root)"
   else
-    local major="${OLLAMA_PY_CUDA_MAJOR:-}" driver
-    driver="$(driver_cuda_major)"
-    if [ -z "$major" ]; then
-      if [ -z "$driver" ]; then major=13
-      elif [ "$driver" -ge 13 ]; then major=13
-      elif [ "$driver" -eq 12 ]; then major=12
-      else die "the NVIDIA driver runs CUDA $driver at most; the cuda runner needs CUDA 12 or newer: update the \
-driver (nvidia-smi shows its CUDA Version), or build the cpu/vulkan variants"
-      fi
-    fi
-    toolkit_from_wheels "$major" "$driver"
+    local why; why="$(cuda_unbuildable)"
+    [ -z "$why" ] || die "no CUDA toolkit (no nvcc on PATH, no CUDA_HOME), and $why"
+    toolkit_from_wheels 13 "$(driver_cuda_major)"
   fi
   export PATH="$CUDA_ROOT/bin:$PATH"
   step "cuda: toolkit $CUDA_ROOT ($("$CUDA_ROOT/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/CUDA \1/p'))"
@@ -153,7 +158,7 @@ driver (nvidia-smi shows its CUDA Version), or build the cpu/vulkan variants"
 # bin/nvcc, include (with crt, cccl and cuBLAS), lib + lib64, nvvm, as nvcc.profile and CMake expect it.
 toolkit_from_wheels() {
   local major="$1" driver="${2:-}" req="$ROOT/scripts/cuda-wheels-$1.txt" dir="$CACHE/cuda-toolkit-$1" stamp
-  [ -f "$req" ] || die "no pinned CUDA $major wheels ($req); set OLLAMA_PY_CUDA_MAJOR to 12 or 13"
+  [ -f "$req" ] || die "no pinned CUDA $major wheels ($req)"
   stamp="$( (sha256sum "$req" 2>/dev/null || shasum -a 256 "$req") | cut -d' ' -f1)"
   CUDA_ROOT="$dir"
   if [ -x "$dir/bin/nvcc" ] && [ "$(cat "$dir/.requirements-sha256" 2>/dev/null)" = "$stamp" ]; then
@@ -505,6 +510,11 @@ main() {
   if [ "${1:-}" = --this-host ]; then
     variants=("$(this_host_variant)")
     step "this host runs the ${variants[0]} variant: building it first (every other variant: make runners)"
+  fi
+  if [ "${1:-}" = --this-host ] || [ $# -eq 0 ]; then
+    local why=""
+    if nvidia_gpus_present; then why="$(cuda_unbuildable)"; fi
+    [ -z "$why" ] || printf 'build_runners: no cuda variant: %s\n' "$why" >&2
   fi
   [ ${#variants[@]} -gt 0 ] || read -r -a variants <<<"$(host_variants)"
   local v

@@ -31,18 +31,18 @@ esac
 """
 
 
-def driver_only_env(tmp_path: Path) -> dict[str, str]:
-    """This machine as a driver-only GPU host: the fake nvidia-smi first on PATH, every directory holding an nvcc
-    left out, and no CUDA_HOME or architecture override."""
+def driver_only_env(tmp_path: Path, cuda_version: str = "13.0") -> dict[str, str]:
+    """This machine as a driver-only GPU host: the fake nvidia-smi (its driver running CUDA `cuda_version`) first
+    on PATH, every directory holding an nvcc left out, and no CUDA_HOME or architecture override."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_NVIDIA_SMI)
+    smi.write_text(FAKE_NVIDIA_SMI.replace("CUDA Version: 13.0", f"CUDA Version: {cuda_version}"))
     smi.chmod(0o755)
     path = [str(bin_dir)] + [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "nvcc").exists()]
     env = {k: v for k, v in os.environ.items()
            if k not in ("CUDA_HOME", "CUDA_PATH", "CMAKE_CUDA_ARCHITECTURES", "OLLAMA_PY_CUDA_ARCHITECTURES",
-                        "OLLAMA_PY_CUDA_MAJOR", "CUDACXX")}
+                        "CUDACXX")}
     env["PATH"] = os.pathsep.join(path)
     return env
 
@@ -65,3 +65,15 @@ def test_check_cuda_on_a_driver_only_host_builds_the_toolkit_from_wheels_for_sm_
     # ... and compiled the CUDA backend for this GPU's architecture, and that one only
     assert "compiles for sm_90 only" in out, out
     assert f"nvcc {toolkit}/bin/nvcc" in out, out
+
+
+def test_a_driver_that_runs_only_cuda_12_is_told_what_to_install(tmp_path: Path) -> None:
+    """CUDA 12's PyPI nvcc wheel has no compiler: such a host gets no cuda variant, and one line saying why."""
+    env = driver_only_env(tmp_path, cuda_version="12.4")
+
+    done = subprocess.run([str(ROOT / "scripts/build_runners.sh"), "--check-cuda"], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+
+    assert done.returncode != 0
+    assert "the NVIDIA driver runs CUDA 12" in done.stderr and "install a CUDA 12 toolkit" in done.stderr
+    assert "update the driver to 580 or newer" in done.stderr
