@@ -219,9 +219,6 @@ class Metrics:
         # Per model name, every (metric, label values) it has a series under: dropped when the model is deleted.
         self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}
         self._render_lock = asyncio.Lock()
-        # Per model name, every (metric, label values) it has a series under: dropped when the model is deleted.
-        self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}
-        self._render_lock = asyncio.Lock()
         r = self.registry
         self.requests = Counter("ollama_requests", "HTTP requests by route, model and status",
                                 ["endpoint", "method", "model", "status"], registry=r)
