@@ -173,3 +173,28 @@ async def test_codex_tool_round_trip_with_a_namespaced_tool(gateway):
     second = responses_answer(sse_events(await (await replay(client, req, turn)).text()))
     assert [(o["type"], o["content"][0]["text"]) for o in second["output"]] == [("message", ANSWER)]
     assert '<tool_call>{"name": "multi_agent_v1.spawn_agent"' in client.bodies()[-1]["prompt"]
+
+
+# -- the recorded second requests of a tool round trip ---------------------------------------------------------------
+
+async def test_claude_codes_tool_result_request_is_answered_from_the_result(gateway):
+    client = await gateway(tool_call("Read", {"file_path": "note.txt"}))  # what it says until it has the result
+    req = recorded("claude_code_tool_result_request.json")
+    r = await replay(client, req)
+    assert r.status == 200
+    assert anthropic_answer(sse_events(await r.text())) == (ANSWER, [], "end_turn")
+    prompt = client.bodies()[-1]["prompt"]
+    # the past call and its result, in order, after the mid-conversation system message (a plain string here)
+    assert (prompt.index("<|system|># Environment") < prompt.index('<tool_call>{"name": "Read"')
+            < prompt.index(f"<|tool|>1\t{SECRET}"))
+
+
+async def test_codexs_function_call_output_request_is_answered_from_the_output(gateway):
+    client = await gateway(tool_call("exec_command", {"cmd": "cat note.txt"}))
+    req = recorded("codex_function_call_output_request.json")
+    r = await replay(client, req)
+    assert r.status == 200
+    response = responses_answer(sse_events(await r.text()))
+    assert [(o["type"], o["content"][0]["text"]) for o in response["output"]] == [("message", ANSWER)]
+    prompt = client.bodies()[-1]["prompt"]
+    assert prompt.index('<tool_call>{"name": "exec_command"') < prompt.index(f"Output:\n{SECRET}")
