@@ -47,6 +47,7 @@ from ollama_py.store.manifests import MANIFEST_V2, InvalidManifest, Manifest
 from ollama_py.store.registry_auth import RegistryAuth
 from ollama_py.store.registry_limits import (
     MAX_ERROR_BYTES,
+    MAX_LAYERS,
     MAX_MANIFEST_BYTES,
     MAX_REDIRECTS,
     REDIRECTS,
@@ -304,6 +305,8 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
             raise RegistryError(f"pull model manifest: {_one_line(str(e))}") from None
 
         layers = distinct_blobs(manifest)
+        if len(layers) > MAX_LAYERS:
+            raise RegistryError(f"pull model manifest: {len(layers)} layers, more than {MAX_LAYERS}")
         check_disk_space(store.blobs, layers)  # before anything is written: the sizes are the registry's word
         for layer in layers:
             yield from download_blob(client, store.blobs, layer, cancel=cancel)

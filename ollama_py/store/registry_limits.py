@@ -42,6 +42,7 @@ MAX_MANIFEST_BYTES = 4 << 20  # docker distribution refuses manifests past 4 MiB
 MAX_ERROR_BYTES = 64 << 10  # an error body: enough for {"errors": [...]}, never a page to hold
 MAX_TOKEN_BYTES = 256 << 10  # a token server's JSON answer (a JWT is a few KB)
 MAX_REDIRECTS = 10
+MAX_LAYERS = 1000  # blobs one manifest may name (a model has a handful; each is a file and a download)
 REDIRECTS = (301, 302, 303, 307, 308)
 _READ = 64 << 10
 

@@ -129,6 +129,15 @@ def test_plan_parts_never_makes_more_than_max_parts(total: int, count: int):
     assert sum(p.size for p in parts) == total
 
 
+def test_a_manifest_naming_thousands_of_blobs_is_refused(tmp_path: Path, hostile: HostileRegistry):
+    layers = [(sha(str(i).encode()), 1) for i in range(5000)]  # 5,000 one-byte files in the store
+    manifest = manifest_bytes(layers, (sha(CONFIG), len(CONFIG)))
+    hostile.answer = lambda h, seen: serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/layers:1")
+    assert lines[-1] == {"error": "pull model manifest: 5001 layers, more than 1000"}
+    assert not hostile.requests_for("/blobs/")
+
+
 def test_a_failed_download_with_nothing_received_leaves_no_files(tmp_path: Path, hostile: HostileRegistry):
     data = os.urandom(5000)
     manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
@@ -257,6 +266,22 @@ def test_an_error_page_is_not_repeated_to_the_client(tmp_path: Path, hostile: Ho
     hostile.answer = lambda h, seen: reply(h, 500, page, Content_Type="text/html")
     lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/page:1")
     assert lines[-1] == {"error": "pull model manifest: 500: Internal Server Error"}
+
+
+def test_a_compressed_blob_is_refused(tmp_path: Path, hostile: HostileRegistry):
+    data = b"weights " * 1000
+    manifest = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if sha(data) in seen.path:
+            reply(h, 200, gzip.compress(data), Content_Encoding="gzip")
+        else:
+            serve_blobs(h, seen, {sha(CONFIG): CONFIG}, manifest)
+
+    hostile.answer = answer
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/zipped-blob:1")
+    assert lines[-1] == {"error": "registry sent the blob with Content-Encoding 'gzip', not the bytes it names"}
+    assert not any("partial" in n for n in store_files(tmp_path / "models"))
 
 
 # -- slow blobs --------------------------------------------------------------------------------------------------
