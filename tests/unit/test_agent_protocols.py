@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from ollama_py import OLLAMA_API_VERSION, __version__
 from ollama_py.server.appkeys import SCHEDULER
+from ollama_py.server.errors import error_body
 
 ASK_ANTHROPIC = {"model": "tiny", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
 ASK_RESPONSES = {"model": "tiny", "input": "hi"}
@@ -83,3 +86,15 @@ async def test_a_full_queue_asks_every_client_to_retry(fake_app, aiohttp_client)
     assert body == {"error": "server busy, please try again.  maximum pending requests exceeded"}
     running.close()
     assert (await waiting).status == 200
+
+
+@pytest.mark.parametrize("status, anthropic, openai", [
+    (400, "invalid_request_error", "invalid_request_error"), (401, "authentication_error", "api_error"),
+    (403, "permission_error", "api_error"), (404, "not_found_error", "not_found_error"),
+    (413, "request_too_large", "api_error"), (429, "rate_limit_error", "rate_limit_error"),
+    (500, "api_error", "api_error"), (503, "overloaded_error", "api_error"), (529, "overloaded_error", "api_error"),
+], ids=lambda v: str(v))
+def test_error_types_per_protocol(status: int, anthropic: str, openai: str):
+    assert error_body("/v1/messages", status, "m") == {"type": "error", "error": {"type": anthropic, "message": "m"}}
+    assert error_body("/v1/responses", status, "m")["error"]["type"] == openai
+    assert error_body("/api/chat", status, "m") == {"error": "m"}
