@@ -4,6 +4,7 @@
 # Usage: scripts/build_runners.sh [VARIANT...]      VARIANT: cpu cpu_avx2 vulkan cuda metal
 #        scripts/build_runners.sh --this-host       only the variant ollama-py will run on this host (what
 #                                                  `make run` builds first: cuda, metal, vulkan or cpu_avx2/cpu)
+#        scripts/build_runners.sh --cuda-archs      the CUDA architectures a cuda build here compiles for, and why
 #        scripts/build_runners.sh --check-cuda      configure the cuda variant and compile its backend object
 #                                                  (ggml-cuda.cu, this machine's GPU architectures, else sm_90):
 #                                                  proves the CUDA build in seconds instead of 40 minutes
@@ -506,6 +507,13 @@ check_cuda() {
 
 main() {
   if [ "${1:-}" = --check-cuda ]; then check_cuda; return; fi
+  if [ "${1:-}" = --cuda-archs ]; then
+    if [ "${OLLAMA_PY_CUDA_ARCHITECTURES:-${CMAKE_CUDA_ARCHITECTURES:-}}" = all ]; then
+      ensure_cuda_toolkit >/dev/null 2>&1 || true  # every architecture nvcc knows: ask nvcc
+    fi
+    local archs; archs="$(cuda_archs)"
+    echo "$archs"; echo "cuda: compiling for $(cuda_archs_note "$archs")" >&2; return
+  fi
   local variants=("$@")
   if [ "${1:-}" = --this-host ]; then
     variants=("$(this_host_variant)")
