@@ -317,6 +317,9 @@ async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: 
         body = error_body(request.path, 500, msg)
         if request.path.startswith("/v1/messages"):
             return f"event: error\ndata: {dumps(body)}\n\n".encode()
+        if request.path.startswith("/v1/responses"):  # the Responses stream's own error event, named like the others
+            data = {"type": "error", "code": "api_error", "message": msg, "param": None}
+            return f"event: error\ndata: {dumps(data)}\n\n".encode()
         return f"data: {dumps(body)}\n\n".encode()
 
     return await stream_response(request, events, content_type="text/event-stream", encode=sse_event,

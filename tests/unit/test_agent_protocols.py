@@ -5,6 +5,7 @@ including a full queue, which they must retry rather than give up on. Fake runne
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -98,3 +99,20 @@ def test_error_types_per_protocol(status: int, anthropic: str, openai: str):
     assert error_body("/v1/messages", status, "m") == {"type": "error", "error": {"type": anthropic, "message": "m"}}
     assert error_body("/v1/responses", status, "m")["error"]["type"] == openai
     assert error_body("/api/chat", status, "m") == {"error": "m"}
+
+
+async def test_a_runner_lost_mid_stream_ends_each_stream_with_its_protocols_error(fake_app, aiohttp_client):
+    _, app = fake_app({"FAKE_CRASH_AFTER_TOKENS": "2", "FAKE_TOKEN_DELAY": "0.01"})
+    client = await aiohttp_client(app)
+
+    async def last_event(path: str, ask: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        r = await client.post(path, json={**ask, "stream": True})
+        assert r.status == 200
+        block = (await r.text()).strip().split("\n\n")[-1]
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        return lines.get("event", ""), json.loads(lines["data"])
+
+    name, data = await last_event("/v1/messages", ASK_ANTHROPIC)
+    assert name == "error" and data["type"] == "error" and data["error"]["type"] == "api_error"
+    name, data = await last_event("/v1/responses", ASK_RESPONSES)
+    assert name == "error" and data["type"] == "error" and data["code"] == "api_error" and data["message"]
