@@ -3,26 +3,28 @@
 Both run Python for as long as a template asks (a client writes the template: a request's `template`, a created
 model's TEMPLATE), bounded by the engine's limits (template/exec.py: iterations, size, 10 s). They run in their
 own few threads, so a slow render neither stalls the loop nor takes the default executor's threads, which the
-store's file I/O uses.
+store's file I/O uses; and they share those threads fairly (server/fair_pool.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ollama_py.api.wire import Message, Tool
 from ollama_py.errors import TemplateError
+from ollama_py.server.fair_pool import FairPool, key_of
 from ollama_py.template.prompt import is_parsed, parse_prompt_template, render_prompt
 
-_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="template")
+# Shared fairly (server/fair_pool.py): a slow template runs one render at a time and such renders leave one of
+# the threads to templates known to be cheap, so a few clients with a slow template cannot hold up every chat.
+_POOL = FairPool(workers=4, thread_name_prefix="template")
 
 
 async def _off_loop(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(_POOL, functools.partial(fn, *args, **kwargs))
+    """fn(*args, **kwargs) in the template threads; its first argument (the template) is the fairness key."""
+    return await _POOL.run(key_of(args[0]) if args else 0, functools.partial(fn, *args, **kwargs))
 
 
 async def parse_off_loop(template: str) -> None:

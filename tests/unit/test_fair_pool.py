@@ -1,0 +1,113 @@
+"""server/fair_pool.py: the template threads shared fairly (issue 34: four clients with a slow template filled the
+4-thread pool and every other chat waited ~9 s). Slow work here waits on an event, so nothing depends on timing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+import pytest
+
+from ollama_py.server.fair_pool import FairPool
+
+CHEAP, SLOW = 1, 2
+
+
+def blocking(started: threading.Semaphore, release: threading.Event) -> object:
+    def work() -> str:
+        started.release()
+        release.wait(30)
+        return "slow"
+    return work
+
+
+async def acquired(sem: threading.Semaphore, n: int) -> None:
+    for _ in range(n):
+        assert await asyncio.to_thread(sem.acquire, True, 30)
+
+
+async def test_four_renders_of_a_slow_template_leave_threads_for_the_others():
+    pool = FairPool(4)
+    assert await pool.run(CHEAP, lambda: "warm") == "warm"  # measured once: cheap
+    started, release = threading.Semaphore(0), threading.Event()
+    slow = [asyncio.create_task(pool.run(SLOW, blocking(started, release))) for _ in range(4)]
+    try:
+        await acquired(started, 1)
+        assert [await pool.run(CHEAP, lambda i=i: i) for i in range(20)] == list(range(20))
+        assert not started.acquire(timeout=0.2)  # the same slow template: one render at a time
+        assert not any(t.done() for t in slow)
+    finally:
+        release.set()
+    assert await asyncio.gather(*slow) == ["slow"] * 4
+
+
+async def test_many_slow_templates_still_leave_one_thread_to_cheap_ones():
+    pool = FairPool(4)
+    assert await pool.run(CHEAP, lambda: "warm") == "warm"
+    started, release = threading.Semaphore(0), threading.Event()
+    slow = [asyncio.create_task(pool.run(100 + i, blocking(started, release))) for i in range(6)]
+    try:
+        await acquired(started, 3)
+        assert await pool.run(CHEAP, lambda: "chat") == "chat"  # while three slow renders hold their threads
+        assert not started.acquire(timeout=0.2)  # and no fourth one took the last thread
+    finally:
+        release.set()
+    assert await asyncio.gather(*slow) == ["slow"] * 6
+
+
+async def test_an_error_reaches_the_caller_and_frees_the_thread():
+    pool = FairPool(2)
+
+    def fail() -> None:
+        raise ValueError("template error")
+
+    for _ in range(5):
+        with pytest.raises(ValueError, match="template error"):
+            await pool.run(SLOW, fail)
+    assert await pool.run(SLOW, lambda: "ok") == "ok"
+
+
+async def test_a_cancelled_wait_drops_the_job_before_it_starts():
+    pool = FairPool(2)
+    started, release = threading.Semaphore(0), threading.Event()
+    ran: list[int] = []
+    first = asyncio.create_task(pool.run(SLOW, blocking(started, release)))
+    await acquired(started, 1)
+    queued = asyncio.create_task(pool.run(SLOW, lambda: ran.append(1)))  # same slow key: waits
+    await asyncio.sleep(0.05)
+    queued.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await queued  # the caller has stopped waiting
+    release.set()
+    await first
+    assert await pool.run(SLOW, lambda: "after") == "after"
+    assert ran == []
+
+
+async def test_slow_renders_in_the_template_threads_do_not_hold_up_a_chat():
+    """Through server/rendering.py's own threads (the seam every template render takes): before, four slow
+    renders held all four threads and the chat's render waited for them."""
+    from ollama_py.server import rendering
+
+    template = "{{ range .Messages }}{{ .Role }}: {{ .Content }}\n{{ end }}"
+    messages = [{"role": "user", "content": "hi"}]
+
+    async def chat() -> str:
+        return await rendering.render_off_loop(template, messages=messages, tools=None, suffix=None, think=None)
+
+    assert await chat() == "user: hi\n"
+    started, release = threading.Semaphore(0), threading.Event()
+
+    def slow_render(source: str) -> str:
+        return blocking(started, release)()  # type: ignore[operator]
+
+    slow = [asyncio.create_task(rendering._off_loop(slow_render, f"a slow template {i % 2}")) for i in range(4)]
+    try:
+        await acquired(started, 2)
+        async with asyncio.timeout(30):  # a hang guard: before the fix this waited for the slow renders
+            assert await chat() == "user: hi\n"
+        assert not any(t.done() for t in slow)
+    finally:
+        release.set()
+    await asyncio.gather(*slow)
