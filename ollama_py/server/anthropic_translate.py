@@ -7,9 +7,10 @@ messages, placed before the user's text) and Ollama options (max_tokens -> num_p
 temperature, top_p, top_k). Thinking, as Ollama maps it: `thinking` {"type": "enabled"} (budget_tokens -> the
 reasoning_budget option) or "disabled" decides; "adaptive" or none lets `output_config.effort` pick a think level
 (low, medium, high, max; xhigh -> high as Ollama; minimal -> low), which becomes a thinking budget
-(template/thinking.py). Fields Ollama ignores are ignored (metadata, cache_control, service_tier, ...), with a
-debug log for those that ask for something: `context_management`'s clear_thinking edit is applied, its other
-edits are not. Delta/Final events become a Message object or the SSE event sequence:
+(template/thinking.py); `thinking.display` "omitted" sends the thinking blocks empty, as Anthropic does. Fields
+Ollama ignores are ignored (metadata, cache_control, service_tier, ...), with a debug log for those that ask for
+something: `context_management`'s clear_thinking edit is applied, its other edits are not. Delta/Final events
+become a Message object or the SSE event sequence:
 
     message_start, ping, [content_block_start, content_block_delta*, content_block_stop]*,
     message_delta (stop_reason, usage), message_stop
@@ -50,6 +51,7 @@ class MessagesParams:
     stream: bool
     estimated_input_tokens: int  # for message_start; the real count comes with message_delta
     think: bool | str | None = None  # thinking enabled/disabled, or an effort's level (budget_tokens: an option)
+    show_thinking: bool = True  # thinking.display "omitted": thinking blocks go out empty (the model still thinks)
 
 
 def new_message_id() -> str:
@@ -256,7 +258,9 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
     return MessagesParams(messages=messages, options=options, tools=_tools(body.get("tools"), body.get("tool_choice")),
                           stream=typed_field(body, "stream", bool, False),
                           estimated_input_tokens=_estimate_tokens(body),
-                          think=_thinking(body.get("thinking"), _effort(body.get("output_config"))))
+                          think=_thinking(body.get("thinking"), _effort(body.get("output_config"))),
+                          show_thinking=not (isinstance(body.get("thinking"), dict)
+                                             and body["thinking"].get("display") == "omitted"))
 
 
 def _budget_tokens(value: Any) -> int | None:
@@ -346,11 +350,11 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": tool_id, "name": fn["name"], "input": fn.get("arguments") or {}}
 
 
-def message(msg_id: str, model: str, final: Final) -> dict[str, Any]:
+def message(msg_id: str, model: str, final: Final, show_thinking: bool = True) -> dict[str, Any]:
     """The non-streaming response."""
     content: list[dict[str, Any]] = []
     if final.thinking:
-        content.append({"type": "thinking", "thinking": final.thinking, "signature": ""})
+        content.append({"type": "thinking", "thinking": final.thinking if show_thinking else "", "signature": ""})
     if final.text:  # the text before a call is a block of its own, ahead of the tool_use blocks
         content.append({"type": "text", "text": final.text})
     content.extend(_tool_use(c) for c in final.tool_calls or [])
@@ -367,6 +371,7 @@ class MessageStream:
     msg_id: str
     model: str
     input_tokens: int
+    show_thinking: bool = True  # False: a thinking block opens and closes with no thinking_delta in it
     _index: int = 0
     _open: str | None = None  # the kind of the open content block: "text", "thinking" or none
     _started: bool = False
@@ -397,8 +402,9 @@ class MessageStream:
             self._open = kind
             events.append(("content_block_start", {"type": "content_block_start", "index": self._index,
                                                    "content_block": {"type": kind, kind: ""}}))
-        events.append(("content_block_delta", {"type": "content_block_delta", "index": self._index,
-                                               "delta": {"type": f"{kind}_delta", kind: text}}))
+        if kind == "text" or self.show_thinking:
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": self._index,
+                                                   "delta": {"type": f"{kind}_delta", kind: text}}))
         return events
 
     def _close_block(self) -> list[Event]:

@@ -49,9 +49,9 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
     if not params.stream:
         items = await collect(events)
-        return web.json_response(ant.message(msg_id, raw_name, items[-1]))
+        return web.json_response(ant.message(msg_id, raw_name, items[-1], params.show_thinking))
 
-    stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens)
+    stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens, params.show_thinking)
     return await sse(request, content_blocks(events, stream), done_marker=False)
 
 

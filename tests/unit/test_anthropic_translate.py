@@ -230,3 +230,17 @@ def test_stream_with_no_output_has_no_content_block() -> None:
     s = ant.MessageStream("msg_1", "m", input_tokens=3)
     events = s.text("") + s.finish(final(text="", done_reason="length"))
     assert [name for name, _ in events] == ["message_start", "ping", "message_delta", "message_stop"]
+
+
+def test_thinking_display_omitted_sends_empty_thinking_blocks() -> None:
+    params = ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}],
+                                 "thinking": {"type": "adaptive", "display": "omitted"}})
+    assert params.show_thinking is False and params.think is None  # the model still thinks as it would
+    thought = final(thinking="plan", text="hi")
+    assert ant.message("msg_1", "m", thought, params.show_thinking)["content"] == [
+        {"type": "thinking", "thinking": "", "signature": ""}, {"type": "text", "text": "hi"}]
+    s = ant.MessageStream("msg_1", "m", input_tokens=3, show_thinking=False)
+    events = s.thinking("plan") + s.text("hi") + s.finish(thought)
+    assert [(n, d.get("delta", {}).get("type")) for n, d in events if n.startswith("content_block")] == [
+        ("content_block_start", None), ("content_block_stop", None), ("content_block_start", None),
+        ("content_block_delta", "text_delta"), ("content_block_stop", None)]
