@@ -21,7 +21,7 @@ from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import RequestStats, current_stats
-from ollama_py.server.rendering import render_off_loop
+from ollama_py.server.rendering import render_gguf_chat, render_off_loop
 from ollama_py.server.truncation import TOO_LONG, Fitted, cut_tokens, droppable, log_truncation, room_to_generate
 from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
@@ -144,11 +144,8 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
     elif req.model.template:
         prompt = await render_off_loop(req.model.template, messages=messages, tools=req.tools, suffix=req.suffix,
                                        think=req.think)
-    else:
-        body: dict[str, Any] = {"messages": [_oai_message(m) for m in messages]}
-        if req.tools:
-            body["tools"] = req.tools
-        prompt = (await loaded.client.post("/apply-template", body))["prompt"]
+    else:  # the GGUF's own template: in-process where that matches the runner, else its /apply-template
+        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client)
     if images:
         return {"prompt_string": prompt, "multimodal_data": images}
     if req.context:
@@ -180,20 +177,6 @@ def _place_images(messages: list[Message]) -> tuple[list[Message], list[str]]:
                 prefix += MEDIA_MARKER
         out.append({**m, "content": prefix + text})
     return out, images
-
-
-def _oai_message(m: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
-    if m.get("tool_calls"):
-        out["tool_calls"] = [
-            {"id": tc.get("id") or f"call_{i}", "type": "function",
-             "function": {"name": tc["function"]["name"],
-                          "arguments": json.dumps(tc["function"].get("arguments", {}))}}
-            for i, tc in enumerate(m["tool_calls"])
-        ]
-    if m.get("role") == "tool" and (m.get("tool_call_id") or m.get("tool_name")):
-        out["tool_call_id"] = m.get("tool_call_id") or m.get("tool_name")
-    return out
 
 
 async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncGenerator[Delta | Final, None]:

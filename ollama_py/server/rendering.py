@@ -1,4 +1,6 @@
-"""Template work off the event loop: parsing a model's (or a request's) TEMPLATE and rendering prompts.
+"""Template work off the event loop: parsing a model's (or a request's) TEMPLATE and rendering prompts, and a
+GGUF's own Jinja chat template for a model without a TEMPLATE (render_gguf_chat: in-process where it renders as
+the runner's /apply-template does, else by the runner).
 
 Both run Python for as long as a template asks (a client writes the template: a request's `template`, a created
 model's TEMPLATE), bounded by the engine's limits (template/exec.py: iterations, size, 10 s). They run in their
@@ -9,13 +11,23 @@ store's file I/O uses; and they share those threads fairly (server/fair_pool.py)
 from __future__ import annotations
 
 import functools
+import json
+import logging
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ollama_py.api.wire import Message, Tool
 from ollama_py.errors import TemplateError
 from ollama_py.server.fair_pool import FairPool, key_of
+from ollama_py.template.jinja_chat import ChatTemplate, JinjaUnsupported, render_chat
 from ollama_py.template.prompt import is_parsed, parse_prompt_template, render_prompt
+
+if TYPE_CHECKING:
+    from ollama_py.store.models import Model
+
+log = logging.getLogger(__name__)
 
 # Shared fairly (server/fair_pool.py): a slow template runs one render at a time and such renders leave one of
 # the threads to templates known to be cheap, so a few clients with a slow template cannot hold up every chat.
@@ -51,3 +63,164 @@ async def render_off_loop(template: str, *, messages: Sequence[Message], tools: 
     limit."""
     return await _off_loop(render_prompt, template, messages=messages, tools=tools, system=None, suffix=suffix,
                            think=think)
+
+
+# -- a GGUF's own chat template (Jinja) ------------------------------------------------------------------------
+# Rendered here (template/jinja_chat.py) once the runner's /apply-template has shown, for a request of the same
+# shape, that the two engines agree; until then, and where they differ, the runner renders (and its answer is
+# the prompt). One render in _RECHECK_EVERY is checked again, so a difference that the shape did not capture is
+# found and ends the in-process rendering of that shape.
+_RECHECK_EVERY = 256
+_MAX_VERDICTS = 4096
+
+
+class RunnerCalls(Protocol):
+    async def post(self, path: str, body: dict[str, Any]) -> Any: ...
+
+
+@dataclass(slots=True)
+class _Verdict:
+    enable_thinking: bool | None  # the variable's value that matched the runner; None: the runner renders
+    args_as_object: bool  # tool-call arguments passed as objects (llama-server parses them for most templates)
+    merge_system: bool  # a leading system message merged into the next (templates without a system role)
+    uses: int = 0
+
+
+# per runner (its client): a new runner, perhaps another build, is compared again
+_verdicts: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Verdict]] = weakref.WeakKeyDictionary()
+_templates: dict[tuple[str, bool], ChatTemplate | None] = {}
+
+
+def oai_message(m: Message) -> dict[str, Any]:
+    """A message as llama-server's /apply-template takes it (OpenAI's shape)."""
+    out: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
+    if m.get("tool_calls"):
+        out["tool_calls"] = [
+            {"id": tc.get("id") or f"call_{i}", "type": "function",
+             "function": {"name": tc["function"]["name"],
+                          "arguments": json.dumps(tc["function"].get("arguments", {}))}}
+            for i, tc in enumerate(m["tool_calls"])
+        ]
+    if m.get("role") == "tool" and (m.get("tool_call_id") or m.get("tool_name")):
+        out["tool_call_id"] = m.get("tool_call_id") or m.get("tool_name")
+    return out
+
+
+def _template_messages(body: list[dict[str, Any]], args_as_object: bool, merge_system: bool,
+                       ) -> list[dict[str, Any]]:
+    """The runner-shaped messages as llama-server hands them to the template (common_chat_msg's JSON: role,
+    content, tool_call_id, then tool_calls as type, function {name, arguments}, id). For a template that has no
+    system role, llama-server puts a leading system message's text in front of the next message's, or drops it
+    when alone."""
+    out = []
+    if merge_system and body and body[0]["role"] == "system":
+        body = [{**body[1], "content": body[0]["content"] + "\n" + body[1]["content"]}, *body[2:]] if len(body) > 1 \
+            else []
+    for m in body:
+        msg: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+        if "tool_call_id" in m:
+            msg["tool_call_id"] = m["tool_call_id"]
+        if "tool_calls" in m:
+            msg["tool_calls"] = [
+                {"type": "function",
+                 "function": {"name": tc["function"]["name"],
+                              "arguments": json.loads(tc["function"]["arguments"]) if args_as_object
+                              else tc["function"]["arguments"]},
+                 "id": tc["id"]}
+                for tc in m["tool_calls"]]
+        out.append(msg)
+    return out
+
+
+def gguf_chat_template(model: Model, tools: bool) -> ChatTemplate | None:
+    """The model's GGUF chat template with the tokens llama-server renders it with (the `tool_use` variant for a
+    request with tools, where the GGUF has one), or None without one."""
+    key = (model.digest, tools)
+    if key in _templates:
+        return _templates[key]
+    chat = None
+    info = model.info
+    if info is not None:
+        kv = info.kv
+        source = kv.get("tokenizer.chat_template.tool_use") if tools else None
+        source = source if isinstance(source, str) else kv.get("tokenizer.chat_template")
+        if isinstance(source, str) and source and source != "chatml":
+            tokens = kv.get("tokenizer.ggml.tokens")
+            vocab = kv.get("tokenizer.ggml.model")
+
+            def piece(key: str) -> str:
+                i = kv.get(key)
+                ok = isinstance(tokens, list) and isinstance(i, int) and 0 <= i < len(tokens)
+                return str(tokens[i]) if ok else ""  # type: ignore[index]
+
+            add_bos = kv.get("tokenizer.ggml.add_bos_token", vocab in ("llama", "bert"))
+            add_eos = kv.get("tokenizer.ggml.add_eos_token", vocab == "t5")
+            chat = ChatTemplate(source, piece("tokenizer.ggml.bos_token_id"), piece("tokenizer.ggml.eos_token_id"),
+                                bool(add_bos), bool(add_eos))
+    if len(_templates) > 256:
+        _templates.clear()
+    _templates[key] = chat
+    return chat
+
+
+def _shape(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> tuple[Any, ...]:
+    roles = [m["role"] for m in body]
+    return (roles[0] if roles else "", roles[-1] if roles else "", tuple(sorted(set(roles))),
+            any("tool_calls" in m for m in body), any(not m["content"] for m in body),
+            json.dumps(tools, sort_keys=True) if tools else "")
+
+
+def _candidates(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[Tool] | None,
+                ) -> list[tuple[_Verdict, str]]:
+    """Each way llama-server may have set up the render (its choices follow its analysis of the template), with
+    the prompt it gives."""
+    out = []
+    with_calls = any("tool_calls" in m for m in body)
+    with_system = bool(body) and body[0]["role"] == "system"
+    for merge_system in ((False, True) if with_system else (False,)):
+        for args_as_object in ((True, False) if with_calls else (True,)):
+            messages = _template_messages(body, args_as_object, merge_system)
+            for thinking in (True, False):
+                try:
+                    prompt = render_chat(chat, messages, tools=cast("Any", tools), enable_thinking=thinking)
+                except (JinjaUnsupported, TemplateError):
+                    continue
+                out.append((_Verdict(thinking, args_as_object, merge_system, 1), prompt))
+    return out
+
+
+async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Sequence[Tool] | None,
+                           runner: RunnerCalls) -> str:
+    """The prompt from the model's GGUF chat template: rendered here where that is known to match the runner,
+    else by the runner's /apply-template. A template that passes a render limit here is a 400 (JinjaLimit): the
+    runner's engine has no such limits."""
+    body = [oai_message(m) for m in messages]
+    request: dict[str, Any] = {"messages": body}
+    if tools:
+        request["tools"] = tools
+    chat = gguf_chat_template(model, bool(tools))
+    if chat is None or any(m.get("images") for m in messages):
+        return (await runner.post("/apply-template", request))["prompt"]
+    verdicts = _verdicts.setdefault(runner, {})
+    key = (chat, _shape(body, tools))
+    verdict = verdicts.get(key)
+    if verdict is not None and verdict.enable_thinking is not None:
+        verdict.uses += 1
+        if verdict.uses % _RECHECK_EVERY:
+            try:
+                messages_in = _template_messages(body, verdict.args_as_object, verdict.merge_system)
+                return await _off_loop(render_chat, chat, messages_in, tools=tools,
+                                       enable_thinking=verdict.enable_thinking)
+            except JinjaUnsupported:
+                pass  # this request's content: the runner renders it
+    prompt: str = (await runner.post("/apply-template", request))["prompt"]
+    if verdict is None or verdict.enable_thinking is not None:
+        candidates = await _off_loop(_candidates, chat, body, tools)
+        match = next((v for v, p in candidates if p == prompt), None)
+        if match is None and verdict is not None:
+            log.warning("chat template of %s renders differently here than in the runner: the runner renders it",
+                        model.name)
+        if len(verdicts) > _MAX_VERDICTS:
+            verdicts.clear()
+        verdicts[key] = match or _Verdict(None, False, False)
+    return prompt

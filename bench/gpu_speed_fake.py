@@ -1,0 +1,253 @@
+"""The gateway's per-request cost at GPU speed: ollama-py over the fake llama-server set to a GPU's pace, beside
+the same fake runner process called directly (issue 38).
+
+    .venv/bin/python bench/gpu_speed_fake.py [--rounds 30] [--conc-rounds 4] [--label after]
+
+A CPU llama-server's 10-20 ms first token hides the gateway's few milliseconds; a fake that answers its first
+token after FAKE_PROMPT_DELAY (2 ms) and then one token per FAKE_TOKEN_DELAY (1 ms, ~1,000 tokens/s) does not.
+A real `ollama-py serve` (its own temp store, OLLAMA_NUM_PARALLEL=4) runs the fake as its only runner variant,
+with two models on the same tiny GGUF (its chat template is the fake's ChatML): `fake-gguf` without an Ollama
+TEMPLATE (the GGUF's Jinja template renders the chat) and `fake-tmpl` with one. The direct side calls the very
+fake process the gateway started for `fake-gguf`, on its own port with its API key.
+
+Every round runs each case on both sides back to back, alternating which goes first; ratios and differences are
+medians of the per-round pairs (the machine is shared: pairs share its load at that moment).
+
+  native       /api/generate (raw) vs /completion, 8 tokens: added first-token time and the whole request's ratio
+  oai          /v1/chat/completions through the gateway (GGUF template) vs the fake's own /v1/chat/completions
+  oai_tmpl     the same with an Ollama TEMPLATE
+  chat         /api/chat (GGUF template) vs the fake's /v1/chat/completions
+  conc16       16 clients at once on 4 slots, 64 tokens each: aggregate tokens/s ratio
+  cpu          the serve process's CPU (/proc schedstat) per 8-token request, and per token from a 512-token one
+
+Writes bench/results/gpu_speed_fake.json (keyed by --label) and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, cpu_seconds, create_model, load_average, median, runner_argv, runner_key, start_serve  # noqa: E402
+
+FAKE = ROOT / "tests" / "fakes" / "fake_llama_server.py"
+PROMPT_DELAY, TOKEN_DELAY = 0.002, 0.001
+GO_TEMPLATE = ("{{ range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+               "<|im_start|>assistant\n")
+MESSAGES = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Say hi"}]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _runners_dir(tmp: Path) -> Path:
+    runners = tmp / "fake-runners"
+    (runners / "cpu").mkdir(parents=True, exist_ok=True)
+    script = runners / "cpu" / "llama-server"
+    script.write_text("#!/bin/sh\n"
+                      f"export FAKE_PROMPT_DELAY={PROMPT_DELAY} FAKE_TOKEN_DELAY={TOKEN_DELAY} FAKE_TOKENS=100000\n"
+                      f"exec {sys.executable} {FAKE} \"$@\"\n")
+    script.chmod(0o755)
+    return runners
+
+
+async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
+                headers: dict[str, str] | None = None) -> tuple[float, float, int]:
+    """(first content at, end at, content chunks), seconds from the request's start."""
+    t0 = time.perf_counter()
+    first = None
+    chunks = 0
+    async with session.post(url, json=body, headers=headers) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: {resp.status} {(await resp.text())[:300]}")
+        async for line in resp.content:
+            line = line.strip()
+            if line.startswith(b"data: "):
+                line = line[6:]
+            if not line or line == b"[DONE]":
+                continue
+            ev = json.loads(line)
+            if "choices" in ev:
+                choices = ev["choices"]
+                text = (choices[0].get("delta") or {}).get("content") if choices else None
+            else:
+                text = ev.get("content") or ev.get("response") or (ev.get("message") or {}).get("content")
+            if text:
+                chunks += 1
+                if first is None:
+                    first = time.perf_counter() - t0
+    end = time.perf_counter() - t0
+    return (first if first is not None else end), end, chunks
+
+
+class Bench:
+    def __init__(self, serve_url: str, direct_url: str, key: str, pid: int) -> None:
+        self.serve, self.direct, self.pid = serve_url, direct_url, pid
+        self.auth = {"Authorization": f"Bearer {key}"} if key else {}
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300),
+                                             connector=aiohttp.TCPConnector(force_close=True, limit=0))
+
+    def cases(self, n: int) -> dict[str, tuple[Any, Any]]:
+        """case -> (gateway request, direct request), each an awaitable factory."""
+        s = self.session
+        opts = {"num_predict": n, "temperature": 0}
+        return {
+            "native": (
+                lambda: timed(s, self.serve + "/api/generate", {"model": "fake-gguf", "prompt": "hi", "raw": True,
+                                                                "stream": True, "options": opts}),
+                lambda: timed(s, self.direct + "/completion", {"prompt": "hi", "n_predict": n, "stream": True,
+                                                              "temperature": 0, "cache_prompt": True}, self.auth)),
+            "oai": (
+                lambda: timed(s, self.serve + "/v1/chat/completions",
+                              {"model": "fake-gguf", "messages": MESSAGES, "stream": True, "max_tokens": n,
+                               "temperature": 0}),
+                lambda: timed(s, self.direct + "/v1/chat/completions",
+                              {"messages": MESSAGES, "stream": True, "max_tokens": n, "temperature": 0}, self.auth)),
+            "oai_tmpl": (
+                lambda: timed(s, self.serve + "/v1/chat/completions",
+                              {"model": "fake-tmpl", "messages": MESSAGES, "stream": True, "max_tokens": n,
+                               "temperature": 0}),
+                lambda: timed(s, self.direct + "/v1/chat/completions",
+                              {"messages": MESSAGES, "stream": True, "max_tokens": n, "temperature": 0}, self.auth)),
+            "chat": (
+                lambda: timed(s, self.serve + "/api/chat", {"model": "fake-gguf", "messages": MESSAGES,
+                                                            "stream": True, "options": opts}),
+                lambda: timed(s, self.direct + "/v1/chat/completions",
+                              {"messages": MESSAGES, "stream": True, "max_tokens": n, "temperature": 0}, self.auth)),
+        }
+
+    async def round_trip(self, rounds: int) -> dict[str, Any]:
+        """Per case: gateway-minus-direct first token (ms), gateway/direct whole request, CPU per request."""
+        out: dict[str, Any] = {}
+        cases = self.cases(8)
+        for name in cases:
+            out[name] = {"added_ttft_ms": [], "ratio_total": [], "ttft_gw_ms": [], "ttft_direct_ms": [],
+                         "cpu_ms": []}
+        for i in range(rounds):
+            for name, (gw, direct) in cases.items():
+                order = [("g", gw), ("d", direct)] if i % 2 else [("d", direct), ("g", gw)]
+                got: dict[str, tuple[float, float, int]] = {}
+                for side, fn in order:
+                    cpu0 = cpu_seconds(self.pid)
+                    got[side] = await fn()
+                    if side == "g":
+                        out[name]["cpu_ms"].append((cpu_seconds(self.pid) - cpu0) * 1e3)
+                out[name]["added_ttft_ms"].append((got["g"][0] - got["d"][0]) * 1e3)
+                out[name]["ratio_total"].append(got["g"][1] / got["d"][1])
+                out[name]["ttft_gw_ms"].append(got["g"][0] * 1e3)
+                out[name]["ttft_direct_ms"].append(got["d"][0] * 1e3)
+        return {name: {k: median(v) for k, v in d.items()} for name, d in out.items()}
+
+    async def per_token_cpu(self, rounds: int) -> float:
+        """Gateway CPU per relayed token (µs): a 512-token request's CPU less an 8-token one's, over 504."""
+        short, long_ = self.cases(8)["native"][0], self.cases(512)["native"][0]
+        diffs = []
+        for _ in range(rounds):
+            c0 = cpu_seconds(self.pid)
+            await short()
+            c1 = cpu_seconds(self.pid)
+            await long_()
+            c2 = cpu_seconds(self.pid)
+            diffs.append(((c2 - c1) - (c1 - c0)) / 504 * 1e6)
+        return median(diffs) or 0.0
+
+    async def concurrency(self, rounds: int, clients: int = 16, n: int = 64) -> dict[str, Any]:
+        gw, direct = self.cases(n)["native"]
+        ratios, rates = [], {"g": [], "d": []}
+        for i in range(rounds):
+            got = {}
+            for side in (("d", "g") if i % 2 == 0 else ("g", "d")):
+                fn = gw if side == "g" else direct
+                t0 = time.perf_counter()
+                results = await asyncio.gather(*(fn() for _ in range(clients)))
+                wall = time.perf_counter() - t0
+                got[side] = sum(r[2] for r in results) / wall
+                rates[side].append(got[side])
+            ratios.append(got["g"] / got["d"])
+        return {"ratio": median(ratios), "gateway_chunks_per_s": median(rates["g"]),
+                "direct_chunks_per_s": median(rates["d"])}
+
+
+def table(res: dict[str, Any]) -> str:
+    rows = ["| Case (8 tokens) | first token direct (ms) | through gateway (ms) | added (ms, paired) "
+            "| whole request gateway/direct | gateway CPU per request (ms) |", "|---|---|---|---|---|---|"]
+    names = {"native": "native /api/generate vs /completion", "oai": "OpenAI chat (GGUF template) vs "
+             "/v1/chat/completions", "oai_tmpl": "OpenAI chat (Ollama TEMPLATE) vs /v1/chat/completions",
+             "chat": "/api/chat (GGUF template) vs /v1/chat/completions"}
+    for name, label in names.items():
+        r = res["cases"][name]
+        rows.append(f"| {label} | {r['ttft_direct_ms']:.2f} | {r['ttft_gw_ms']:.2f} | {r['added_ttft_ms']:+.2f} "
+                    f"| {r['ratio_total']:.3f} | {r['cpu_ms']:.2f} |")
+    c = res["conc16"]
+    rows.append("")
+    rows.append(f"16 clients on 4 slots, 64 tokens each: aggregate gateway/direct **{c['ratio']:.3f}** "
+                f"({c['gateway_chunks_per_s']:.0f} vs {c['direct_chunks_per_s']:.0f} chunks/s); gateway CPU per "
+                f"relayed token {res['cpu_per_token_us']:.0f} µs; load {res['load']}.")
+    return "\n".join(rows)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    from tests.fakes.fake_llama_server import CHATML_TEMPLATE
+    from tests.fakes.gguf_files import write_tiny_gguf
+
+    with tempfile.TemporaryDirectory(prefix="gpu-speed-fake-") as d:
+        tmp = Path(d)
+        serve = start_serve(tmp / "serve", {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_MAX_LOADED_MODELS": "3"},
+                            runners_dir=_runners_dir(tmp))
+        bench: Bench | None = None
+        try:
+            gguf = write_tiny_gguf(tmp / "tiny.gguf", ctx=8192, chat_template=CHATML_TEMPLATE)
+            await asyncio.to_thread(create_model, serve.url, "fake-gguf", gguf)
+            await asyncio.to_thread(create_model, serve.url, "fake-tmpl", gguf, template=GO_TEMPLATE)
+            async with aiohttp.ClientSession() as s:
+                for model in ("fake-gguf", "fake-tmpl"):
+                    async with s.post(serve.url + "/api/generate", json={"model": model}) as r:
+                        r.raise_for_status()
+            argv = runner_argv(serve, "fake_llama_server.py")
+            if argv is None:
+                raise RuntimeError("no fake runner under serve")
+            port = argv[argv.index("--port") + 1]
+            bench = Bench(serve.url, f"http://127.0.0.1:{port}", runner_key(serve, "fake_llama_server.py"),
+                          serve.proc.pid)
+            load0 = load_average()
+            await bench.round_trip(3)  # warm-up: connections, caches, the first render of each shape
+            cases = await bench.round_trip(args.rounds)
+            per_token = await bench.per_token_cpu(max(3, args.rounds // 5))
+            conc = await bench.concurrency(args.conc_rounds)
+            return {"label": args.label, "rounds": args.rounds, "cases": cases, "conc16": conc,
+                    "cpu_per_token_us": per_token, "load": [load0, load_average()],
+                    "fake": {"prompt_delay_s": PROMPT_DELAY, "token_delay_s": TOKEN_DELAY}}
+        finally:
+            if bench is not None:
+                await bench.session.close()
+            serve.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--conc-rounds", type=int, default=4)
+    ap.add_argument("--label", default="now")
+    args = ap.parse_args()
+    res = asyncio.run(main_async(args))
+    path = RESULTS / "gpu_speed_fake.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[args.label] = res
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    log(table(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""A model without an Ollama TEMPLATE chats through its GGUF's Jinja template (issue 38): rendered in-process once
+the runner's /apply-template has agreed on a request of the same shape, so later chats skip that round trip;
+where the runner renders differently, the runner's prompt is the one sent, every time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ollama_py.server.app import create_app
+from tests.fakes.fake_llama_server import CHATML_TEMPLATE
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
+
+OTHER_TEMPLATE = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+
+
+@pytest.fixture
+async def client(tmp_path: Path, aiohttp_client):
+    """Two models over the fake runner (whose /apply-template renders ChatML): `same`, whose GGUF template is
+    that ChatML, and `other`, whose template the runner does not render as it is written."""
+    settings = make_settings(tmp_path)
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "same.gguf", chat_template=CHATML_TEMPLATE), "same")
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "other.gguf", chat_template=OTHER_TEMPLATE), "other")
+    log = tmp_path / "requests.jsonl"
+    c = await aiohttp_client(create_app(settings, scheduler=fake_scheduler(settings, {"FAKE_LOG_FILE": str(log)})))
+
+    def sent(kind: str) -> list[dict[str, Any]]:
+        bodies = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        if kind == "apply-template":
+            return [b for b in bodies if "messages" in b and "cache_prompt" not in b]
+        return [b for b in bodies if "cache_prompt" in b]
+
+    c.sent = sent  # type: ignore[attr-defined]
+    return c
+
+
+async def _chat(client: Any, model: str, messages: list[dict[str, Any]], route: str = "/api/chat") -> None:
+    body: dict[str, Any] = {"model": model, "messages": messages, "stream": False}
+    if route == "/api/chat":
+        body["options"] = {"num_predict": 2}
+    else:
+        body["max_tokens"] = 2
+    r = await client.post(route, json=body)
+    assert r.status == 200, await r.text()
+
+
+def chatml(messages: list[dict[str, str]]) -> str:
+    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \
+        "<|im_start|>assistant\n"
+
+
+async def test_after_one_agreeing_render_the_gguf_template_is_rendered_without_the_runner(client):
+    turns = [[{"role": "user", "content": f"question {i}"}] for i in range(4)]
+    for i, messages in enumerate(turns):
+        await _chat(client, "same", messages, "/api/chat" if i % 2 else "/v1/chat/completions")
+    assert len(client.sent("apply-template")) == 1  # the first chat of this shape, to compare
+    assert [b["prompt"] for b in client.sent("completion")] == [chatml(m) for m in turns]
+
+
+async def test_a_new_shape_of_conversation_is_compared_again(client):
+    await _chat(client, "same", [{"role": "user", "content": "hi"}])
+    with_system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    await _chat(client, "same", with_system)
+    await _chat(client, "same", with_system)
+    assert len(client.sent("apply-template")) == 2
+    assert client.sent("completion")[-1]["prompt"] == chatml(with_system)
+
+
+async def test_where_the_runner_renders_differently_the_runner_renders_every_time(client):
+    messages = [{"role": "user", "content": "hi"}]
+    for _ in range(3):
+        await _chat(client, "other", messages)
+    assert len(client.sent("apply-template")) == 3
+    assert [b["prompt"] for b in client.sent("completion")] == [chatml(messages)] * 3  # the runner's prompt
