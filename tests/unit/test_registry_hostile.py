@@ -24,7 +24,7 @@ import pytest
 from ollama_py.api.names import parse_name
 from ollama_py.config import Settings
 from ollama_py.errors import OllamaError
-from ollama_py.store.download import BlobDownload
+from ollama_py.store.download import MAX_ACTIVE_PARTS, BlobDownload
 from ollama_py.store.download_state import MB, plan_parts
 from ollama_py.store.manifests import CONFIG_V1, MANIFEST_V2, MEDIA_MODEL, Layer, Manifest
 from ollama_py.store.models import ModelStore
@@ -114,6 +114,35 @@ def test_parts_threads_and_connections_are_bounded(tmp_path: Path, hostile: Host
     assert ModelStore(tmp_path / "models").blobs.verify(sha(data))
     assert max(part_files) <= BlobDownload.MAX_PARTS, max(part_files)
     assert hostile.max_in_flight <= BlobDownload.PARTS_AT_ONCE, hostile.max_in_flight
+
+
+def test_part_downloads_of_all_pulls_together_are_bounded(tmp_path: Path, hostile: HostileRegistry,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    """Three pulls at once, each of a blob in 100 parts: at most MAX_ACTIVE_PARTS connections in all."""
+    monkeypatch.setattr(BlobDownload, "MIN_PART_SIZE", 1000)
+    monkeypatch.setattr(BlobDownload, "MAX_PART_SIZE", 1000)
+    blobs = {sha(CONFIG): CONFIG}
+    manifests = {}
+    for i in range(3):
+        data = os.urandom(100 * 1000)
+        blobs[sha(data)] = data
+        manifests[f"m{i}"] = manifest_bytes([(sha(data), len(data))], (sha(CONFIG), len(CONFIG)))
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        name = seen.path.split("/")[3] if seen.path.count("/") > 3 else ""
+        serve_blobs(h, seen, blobs, manifests.get(name, b""), delay=0.05)
+
+    hostile.answer = answer
+    results: list[list[dict[str, Any]]] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(pull(tmp_path / "models",
+                                                                       f"{hostile.host}/test/m{i}:1")))
+               for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [r[-1] for r in results] == [{"status": "success"}] * 3, [r[-1] for r in results]
+    assert hostile.max_in_flight <= MAX_ACTIVE_PARTS, hostile.max_in_flight
 
 
 @pytest.mark.parametrize(("total", "count"), [
