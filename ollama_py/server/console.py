@@ -3,7 +3,8 @@
     LogTap          a logging.Handler: each record becomes a small dict in a bounded deque
     RequestTap      the access-log middleware hands it every finished request (method, path, model, status,
                     duration, tokens); it keeps the last few hundred and 10-second buckets for the chart
-    Subscribers     the live viewers: one bounded asyncio.Queue per open /ui/api/events stream
+    Subscribers     the live viewers: one bounded asyncio.Queue per open /ui/api/events stream, fed by the taps
+                    and by one shared ticker (routes_ui.py) while any viewer is open
 
 Neither tap is on the per-token path: a request is recorded once, when it is over (the same moment the access
 log writes its line), and a log record costs a format and a deque append. With no viewer connected nothing
@@ -32,7 +33,7 @@ BUCKET_SECONDS = 10
 BUCKETS_KEPT = 90  # 15 minutes of chart
 VIEWER_QUEUE = 1000
 
-Event = tuple[str, dict[str, Any]]  # (SSE event name, its JSON payload)
+Event = tuple[str, Any]  # (SSE event name, its JSON payload)
 UI_PREFIX = "/ui"
 UI_DATA_PREFIX = "/ui/api/"  # the console's data routes: behind OLLAMA_API_KEYS like the API
 
@@ -65,13 +66,30 @@ class Subscribers:
             self._queues.remove(entry)
 
     def publish(self, event: Event | None) -> None:
+        """Offer `event` to every viewer: at once on the viewers' own loop, else one wake-up per loop (not one
+        per viewer) from another thread."""
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Queue[Event | None]]] = {}
         for loop, queue in list(self._queues):
+            if loop is running:
+                _offer(queue, event)
+            else:
+                by_loop.setdefault(loop, []).append(queue)
+        for loop, queues in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a loop that is closing
-                loop.call_soon_threadsafe(_offer, queue, event)
+                loop.call_soon_threadsafe(_offer_all, queues, event)
 
     def close_all(self) -> None:
         """Ends every live stream (server shutdown): a stream must not hold up a graceful stop."""
         self.publish(None)
+
+
+def _offer_all(queues: list[asyncio.Queue[Event | None]], event: Event | None) -> None:
+    for queue in queues:
+        _offer(queue, event)
 
 
 def _offer(queue: asyncio.Queue[Event | None], event: Event | None) -> None:
@@ -164,11 +182,15 @@ class RequestTap:
 
 @dataclass
 class Console:
-    """What the app holds for the console: the viewers and both taps."""
+    """What the app holds for the console: the viewers, both taps, and the one ticker that, while anyone
+    watches, publishes what changes on its own (/api/ps, the chart, a heartbeat) to every viewer at once:
+    an idle viewer costs a queue, not a poll of its own (issue 34: 500 idle viewers took 85 % of a core)."""
 
     subscribers: Subscribers = field(default_factory=Subscribers)
     log_tap: LogTap = field(init=False)
     request_tap: RequestTap = field(init=False)
+    ticker: asyncio.Task[None] | None = None
+    last_ps: dict[str, Any] | None = None  # the last /api/ps the ticker published
 
     def __post_init__(self) -> None:
         self.log_tap = LogTap(self.subscribers)

@@ -35,7 +35,7 @@ from ollama_py.config_file import SERVER_FIELDS
 from ollama_py.errors import BadRequest, OllamaError
 from ollama_py.server.appkeys import CONSOLE, SCHEDULER, SETTINGS
 from ollama_py.server.bodies import read_json
-from ollama_py.server.console import BUCKET_SECONDS, Console
+from ollama_py.server.console import BUCKET_SECONDS, Console, Event
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +81,10 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-async def _ps_body(request: web.Request) -> bytes:
-    from ollama_py.server.routes_native import ps
-
-    response = await ps(request)
-    body = response.body if isinstance(response, web.Response) else None
-    return body if isinstance(body, bytes) else b"{}"
-
-
 @routes.get("/ui/api/events")
 async def events(request: web.Request) -> web.StreamResponse:
-    """The console's one live stream. A viewer that falls behind loses events (bounded queue); none blocks."""
+    """The console's one live stream. A viewer that falls behind loses events (bounded queue); none blocks. It
+    only waits on its queue: what changes by itself comes from the console's one ticker (_tick)."""
     console: Console = request.app[CONSOLE]
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
@@ -101,34 +94,62 @@ async def events(request: web.Request) -> web.StreamResponse:
                                             "requests": list(console.request_tap.requests),
                                             "series": console.request_tap.series(),
                                             "bucket_seconds": BUCKET_SECONDS}))
-        last_ps = b""
-        next_ps = next_series = 0.0
-        next_beat = time.monotonic() + HEARTBEAT_SECONDS
-        while True:
-            now = time.monotonic()
-            if now >= next_ps:
-                body = await _ps_body(request)
-                if body != last_ps:
-                    last_ps = body
-                    await response.write(b"event: ps\ndata: " + body + b"\n\n")
-                next_ps = now + PS_CHECK_SECONDS
-            if now >= next_series:
-                await response.write(_sse("series", console.request_tap.series()))
-                next_series = now + BUCKET_SECONDS
-            if now >= next_beat:
-                await response.write(b": keep-alive\n\n")
-                next_beat = now + HEARTBEAT_SECONDS
-            try:
-                item = await asyncio.wait_for(queue.get(), timeout=max(next_ps - time.monotonic(), 0.05))
-            except TimeoutError:
-                continue
-            if item is None:  # the server is stopping
-                break
-            await response.write(_sse(*item))
-            next_beat = time.monotonic() + HEARTBEAT_SECONDS
+        if console.ticker is None or console.ticker.done():
+            console.last_ps = _ps(request.app)  # what the ticker publishes changes against
+            console.ticker = asyncio.create_task(_tick(request.app, console), name="console-ticker")
+        await response.write(_sse("ps", console.last_ps))
+        while (item := await queue.get()) is not None:  # None: the server is stopping
+            await response.write(_encoded(item))
     with contextlib.suppress(ConnectionError):
         await response.write_eof()
     return response
+
+
+async def _tick(app: web.Application, console: Console) -> None:
+    """While anyone watches: /api/ps every PS_CHECK_SECONDS (published when it changed), the chart series every
+    BUCKET_SECONDS and a heartbeat every HEARTBEAT_SECONDS, each once for all viewers."""
+    now = time.monotonic()
+    next_series, next_beat = now + BUCKET_SECONDS, now + HEARTBEAT_SECONDS
+    try:
+        while console.subscribers:
+            ps = _ps(app)
+            if ps != console.last_ps:
+                console.last_ps = ps
+                console.subscribers.publish(("ps", ps))
+            now = time.monotonic()
+            if now >= next_series:
+                console.subscribers.publish(("series", console.request_tap.series()))
+                next_series = now + BUCKET_SECONDS
+            if now >= next_beat:
+                console.subscribers.publish((_HEARTBEAT, {}))
+                next_beat = now + HEARTBEAT_SECONDS
+            await asyncio.sleep(PS_CHECK_SECONDS)
+    finally:
+        console.last_ps = None  # stale once nobody refreshes it
+
+
+_HEARTBEAT = ""
+_ENCODED: dict[int, tuple[Event, bytes]] = {}  # id(event) -> (event, its bytes): one encoding
+
+
+def _encoded(item: Event) -> bytes:
+    """An event as SSE bytes, encoded once however many viewers write it (the same object reaches every queue)."""
+    hit = _ENCODED.get(id(item))
+    if hit is not None and hit[0] is item:
+        return hit[1]
+    data = b": keep-alive\n\n" if item[0] == _HEARTBEAT else _sse(*item)
+    if len(_ENCODED) >= 256:
+        _ENCODED.clear()
+    _ENCODED[id(item)] = (item, data)
+    return data
+
+
+def _ps(app: web.Application) -> dict[str, Any]:
+    from ollama_py.server.routes_native import ps_entry
+
+    models = [ps_entry(loaded) for loaded in app[SCHEDULER].loaded.values()]
+    models.sort(key=lambda x: x["expires_at"], reverse=True)
+    return {"models": models}
 
 
 def _shown(attr: str, value: Any) -> Any:
@@ -227,6 +248,8 @@ def setup_console(app: web.Application) -> Console:
 
     async def end_streams(app: web.Application) -> None:
         console.subscribers.close_all()
+        if console.ticker is not None:
+            console.ticker.cancel()
 
     app.cleanup_ctx.append(tap_logs)
     app.on_shutdown.append(end_streams)

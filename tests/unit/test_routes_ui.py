@@ -55,3 +55,36 @@ async def test_server_facts_hide_the_api_keys(fake_app: Any, aiohttp_client: Any
     info = await r.json()
     assert info["settings"]["OLLAMA_API_KEYS"] == "2 set"
     assert "k1" not in json.dumps(info)
+
+
+async def read_event(r: Any, buffer: list[bytes]) -> tuple[str, Any]:
+    """The next SSE event of a stream (comments skipped); `buffer` holds what was read past it."""
+    while True:
+        while b"\n\n" not in buffer[0]:
+            buffer[0] += await r.content.readany()
+        block, buffer[0] = buffer[0].split(b"\n\n", 1)
+        if block.startswith(b":"):
+            continue
+        event, data = block.decode().split("\n", 1)
+        return event.removeprefix("event: "), json.loads(data.removeprefix("data: "))
+
+
+async def test_idle_viewers_share_one_ticker_and_all_see_a_model_load(client: Any) -> None:
+    """Issue 34: each viewer polled /api/ps itself every second (500 idle viewers took 85 % of a core). Now one
+    task per server does it for all of them, and a viewer only waits on its queue."""
+    import asyncio
+
+    streams = [await client.get("/ui/api/events") for _ in range(20)]
+    buffers = [[b""] for _ in streams]
+    for r, buf in zip(streams, buffers, strict=True):
+        assert (await read_event(r, buf))[0] == "hello"
+        assert await read_event(r, buf) == ("ps", {"models": []})
+    assert [t.get_name() for t in asyncio.all_tasks() if t.get_name() == "console-ticker"] == ["console-ticker"]
+    r = await client.post("/api/generate", json={"model": "tiny"})  # loads it
+    assert r.status == 200
+    for stream, buf in zip(streams, buffers, strict=True):
+        async with asyncio.timeout(30):
+            while (got := await read_event(stream, buf))[0] != "ps":
+                pass
+        assert [m["name"] for m in got[1]["models"]] == ["tiny:latest"]
+        stream.close()
