@@ -239,3 +239,21 @@ def test_ids_have_openai_prefixes() -> None:
     assert oai.new_meta("chatcmpl", "m").id.startswith("chatcmpl-")
     assert json.dumps(oai.model_entry("smollm2:135m", "library", 5)) == (
         '{"id": "smollm2:135m", "object": "model", "created": 5, "owned_by": "library"}')
+
+
+@pytest.mark.parametrize("extra, think", [
+    ({}, None), ({"reasoning_effort": "none"}, False), ({"reasoning_effort": "minimal"}, "low"),
+    ({"reasoning_effort": "low"}, "low"), ({"reasoning_effort": "medium"}, "medium"),
+    ({"reasoning_effort": "high"}, "high"), ({"reasoning_effort": "xhigh"}, "max"),
+    ({"reasoning_effort": "ultra"}, "max"), ({"reasoning_effort": "max"}, "max"),
+    ({"reasoning_effort": "low", "reasoning": {"effort": "xhigh"}}, "max"),  # the object wins, as in Ollama
+], ids=lambda v: json.dumps(v) if isinstance(v, dict) else str(v))
+def test_reasoning_effort_as_ollama_maps_it(extra: dict[str, Any], think: Any) -> None:
+    assert oai.parse_chat({"model": "m", "messages": USER, **extra}).think == think
+
+
+def test_an_effort_nobody_maps_is_refused() -> None:
+    with pytest.raises(BadRequest) as e:
+        oai.parse_chat({"model": "m", "messages": USER, "reasoning_effort": "extreme"})
+    assert str(e.value) == ('invalid reasoning value: "extreme" (must be "minimal", "low", "medium", "high", '
+                            '"xhigh", "ultra", "max", or "none")')
