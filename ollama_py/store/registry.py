@@ -263,7 +263,7 @@ def _registry_message(text: bytes) -> str:
     read arbitrary pages through the server)."""
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     message = ""
     errors = body.get("errors") if isinstance(body, dict) else None
@@ -303,6 +303,8 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
         except OllamaError as e:
             # one line, whatever the manifest held (an invalid one may quote a 4 MiB digest)
             raise RegistryError(f"pull model manifest: {_one_line(str(e))}") from None
+        except RecursionError:  # json's answer to 4 MiB of "["
+            raise RegistryError("pull model manifest: invalid manifest: nested too deeply") from None
 
         layers = distinct_blobs(manifest)
         if len(layers) > MAX_LAYERS:

@@ -301,7 +301,7 @@ class RegistryAuth:
                 raise Unauthorized(f"unauthorized: {e}") from None
             except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
                 raise Unauthorized(f"unauthorized: token request to {urlsplit(url).netloc} failed: {e}") from None
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise Unauthorized("unauthorized: the token server's answer is not JSON") from None
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:

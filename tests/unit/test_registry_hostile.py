@@ -272,6 +272,14 @@ def test_an_invalid_manifest_is_one_short_line(tmp_path: Path, hostile: HostileR
     assert len(lines[-1]["error"]) < 400  # not the megabyte it quoted
 
 
+@pytest.mark.parametrize("status", [200, 500], ids=["manifest", "error"])
+def test_deeply_nested_json_is_an_invalid_answer(tmp_path: Path, hostile: HostileRegistry, status: int):
+    hostile.answer = lambda h, seen: reply(h, status, b"[" * 60_000, Content_Type="application/json")
+    lines = pull_within(60, tmp_path / "models", f"{hostile.host}/test/nested:1")
+    assert lines[-1] == {"error": "pull model manifest: invalid manifest: nested too deeply" if status == 200
+                         else "pull model manifest: 500: Internal Server Error"}
+
+
 def test_a_compressed_manifest_within_the_limit_is_read(tmp_path: Path, hostile: HostileRegistry):
     """A registry may gzip a manifest although we ask for identity (Go clients accept gzip): it still works."""
     data = os.urandom(1000)
