@@ -12,7 +12,8 @@ FAKE_SENTENCE = "The quick brown fox jumps over the lazy dog".split()
 
 
 async def one_request(session: aiohttp.ClientSession, url: str, i: int) -> str:
-    """One of three kinds of request; "ok" for a complete answer, "busy" for Ollama's 503, else what it was."""
+    """One of three kinds of request; "ok" for a complete answer, "busy" for a full queue (Ollama's 503 on /api,
+    429 with Retry-After on /v1), else what it was."""
     expected = " ".join(FAKE_SENTENCE[:4])
     kind = i % 3
     if kind == 0:
@@ -34,4 +35,5 @@ async def one_request(session: aiohttp.ClientSession, url: str, i: int) -> str:
         body = await r.json()
         if r.status == 200 and body["choices"][0]["message"]["content"] == expected:
             return "ok"
-        return "busy" if r.status == 503 and body["error"]["message"] == BUSY else f"{r.status} {body}"
+        busy = r.status == 429 and r.headers.get("Retry-After") and body["error"]["message"] == BUSY
+        return "busy" if busy else f"{r.status} {body}"
