@@ -227,7 +227,7 @@ class Metrics:
         self.ttft = Histogram("ollama_time_to_first_token_seconds",
                               "Time from request to the first generated token (queueing and loading included)",
                               ["model"], buckets=_TTFT_BUCKETS, registry=r)
-        self.rejected = Counter("ollama_requests_rejected", "Requests refused with 503 (queue full, stopping)",
+        self.rejected = Counter("ollama_requests_rejected", "Requests refused with 503 or 429 (queue full, stopping)",
                                 ["endpoint", "model"], registry=r)
         self.prompt_tokens = Counter("ollama_prompt_tokens", "Prompt tokens of finished completions",
                                      ["model"], registry=r)
@@ -300,7 +300,7 @@ class Metrics:
             model = ""  # it is gone: counting the delete under its name would bring its series back
         self._of(self.requests, model, endpoint, method, model, str(status)).inc()
         self._of(self.request_duration, model, endpoint, model).observe(duration)
-        if status == 503:
+        if status in (429, 503):  # a full queue: 429 on /v1, 503 on /api (server/errors.py)
             self._of(self.rejected, model, endpoint, model).inc()
         if stats.ttft is not None:
             self._of(self.ttft, model, model).observe(stats.ttft)

@@ -85,6 +85,9 @@ async def test_a_full_queue_asks_every_client_to_retry(fake_app, aiohttp_client)
     status, retry, body = await refused("/api/chat", {**ASK_CHAT, "stream": False})
     assert (status, retry) == (503, "1")
     assert body == {"error": "server busy, please try again.  maximum pending requests exceeded"}
+    metrics = await (await client.get("/metrics")).text()
+    rejected = [line for line in metrics.splitlines() if line.startswith("ollama_requests_rejected_total{")]
+    assert any('endpoint="/v1/messages"' in line and line.endswith(" 2.0") for line in rejected), rejected
     running.close()
     assert (await waiting).status == 200
 
