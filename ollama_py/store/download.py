@@ -347,7 +347,7 @@ class BlobDownload:
         one of the process's MAX_ACTIVE_PARTS slots, and watch the blob's rate while any runs."""
         pending = deque(p for p in self.parts if p.completed < p.size)
         failures: list[BaseException] = []
-        running: list[threading.Thread] = []
+        running = [0]  # parts whose thread has not finished (counted here, not by is_alive: no missed wake-up)
         rate = _RateWatch(self.client.options.min_rate, self.RATE_WINDOW)
 
         def work(part: Part) -> None:
@@ -359,27 +359,40 @@ class BlobDownload:
                 self._stop.set()  # the others stop too: one failed part fails the blob
             finally:
                 _part_slots.release()
+                with self._lock:
+                    running[0] -= 1
                 self._part_ended.set()
 
+        def count() -> int:
+            with self._lock:
+                return running[0]
+
         while True:
-            running = [t for t in running if t.is_alive()]
-            while (pending and len(running) < self.PARTS_AT_ONCE and not self._stop.is_set()
+            self._part_ended.clear()
+            while (pending and count() < self.PARTS_AT_ONCE and not self._stop.is_set()
                    and _part_slots.acquire(blocking=False)):
                 part = pending.popleft()
-                t = threading.Thread(target=work, args=(part,), name=f"pull-{self.digest[7:19]}-{part.n}",
-                                     daemon=True)
-                t.start()
-                running.append(t)
-            if not running and (not pending or self._stop.is_set()):
+                with self._lock:
+                    running[0] += 1
+                try:
+                    threading.Thread(target=work, args=(part,), name=f"pull-{self.digest[7:19]}-{part.n}",
+                                     daemon=True).start()
+                except RuntimeError as e:  # no thread to be had: this part's slot and count go back
+                    _part_slots.release()
+                    with self._lock:
+                        running[0] -= 1
+                        failures.append(RegistryError(f"cannot start a download thread: {e}"))
+                    self._stop.set()
+                    break
+            if count() == 0 and (not pending or self._stop.is_set()):
                 break
-            if not running:
+            if count() == 0:
                 rate.pause()  # waiting for a slot another download holds is not this registry being slow
             elif (slow := rate.check(time.monotonic(), self._completed)) is not None:
                 with self._lock:
                     failures.append(RegistryError(slow))
                 self._stop.set()
             self._part_ended.wait(0.5)
-            self._part_ended.clear()
         if self._cancelled:
             raise _Stopped()
         real = [e for e in failures if not isinstance(e, _Stopped)]
