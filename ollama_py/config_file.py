@@ -175,7 +175,7 @@ SERVER_FIELDS: tuple[ServerField, ...] = (
                 "0: 3 per GPU, 3 on CPU"),
     ServerField("num_parallel", ("OLLAMA_NUM_PARALLEL",), "num_parallel", _uint,
                 "slots per model; 0: 4 where memory allows, else 1"),
-    ServerField("max_queue", ("OLLAMA_MAX_QUEUE",), "max_queue", _uint, "waiting requests before a 503"),
+    ServerField("max_queue", ("OLLAMA_MAX_QUEUE",), "max_queue", _uint, "waiting requests before a 503 (429 on /v1)"),
     ServerField("context_length", ("OLLAMA_CONTEXT_LENGTH",), "context_length", _context_length,
                 "default num_ctx"),
     ServerField("origins", ("OLLAMA_ORIGINS",), "origins", _strings, "extra allowed CORS origins"),

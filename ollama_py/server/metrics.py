@@ -5,7 +5,7 @@ Three sources, one registry per `Metrics` (tests build many apps, so nothing is 
 - Per request, fed by the access-log middleware once a request is over (server/access_log.py):
   `ollama_requests_total{endpoint,method,model,status}` (endpoint is the route pattern, never the raw path),
   `ollama_request_duration_seconds`, `ollama_time_to_first_token_seconds`, `ollama_requests_rejected_total`
-  (503: the queue is full or the server is stopping), prompt/generated tokens, their eval seconds and a
+  (503, 429 on /v1: the queue is full or the server is stopping), prompt/generated tokens, their eval seconds and a
   generation tokens/s histogram, all from the completion's final timings (nothing is parsed per token).
 - Scheduler events (`Scheduler.listeners`): loads, load durations and failures, unloads, evictions, runner
   crashes and restarts (a load that follows a crash of the same model).
@@ -131,7 +131,8 @@ class _LiveState:
         depth = GaugeMetricFamily("ollama_queue_depth",
                                   "Requests waiting for a model to load or for a free slot, over all models")
         depth.add_metric([], sched.pending)
-        capacity = GaugeMetricFamily("ollama_queue_capacity", "OLLAMA_MAX_QUEUE: more waiting requests get 503")
+        capacity = GaugeMetricFamily("ollama_queue_capacity",
+                                     "OLLAMA_MAX_QUEUE: more waiting requests get 503 (429 on /v1)")
         capacity.add_metric([], sched.settings.max_queue)
         loaded_count = GaugeMetricFamily("ollama_models_loaded", "Runners loaded or loading")
         loaded_count.add_metric([], len(sched.loaded))
