@@ -4,7 +4,8 @@
 scheduler for a model's runner settings and keep-alive. `watch()` stats the file every few seconds in a thread
 (and SIGHUP asks at once); a changed file is read and checked in a thread, and:
 
-1. a bad file keeps the previous settings and logs one line with the file, line and reason;
+1. a bad file keeps the previous settings and logs one line with the file, line and reason (a FIFO or device in
+   its place is refused at once: the file is opened without waiting, read_regular_file);
 2. a good one replaces them; what changed is logged, and [server] changes are logged as needing a restart;
 3. each loaded runner whose model's runner settings changed is restarted once its current requests end (the
    scheduler never replaces a runner that is serving: policy.needs_reload waits for it to be idle);
@@ -18,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +31,7 @@ from aiohttp import web
 from ollama_py.api.names import ModelName, parse_name
 from ollama_py.api.wire import ListModelResponse
 from ollama_py.config import Settings
-from ollama_py.config_file import ConfigFile, ModelSettings, check_extra_args, is_glob, read_config
+from ollama_py.config_file import ConfigFile, ModelSettings, check_extra_args, is_glob, parse_config
 from ollama_py.errors import ConfigError, OllamaError
 from ollama_py.scheduler.model_settings import FINGERPRINT_KEY
 from ollama_py.server.appkeys import CONFIG, SCHEDULER, SETTINGS, STORE
@@ -52,6 +55,52 @@ def _stamp(path: Path | None) -> Stamp:
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_regular_file(path: Path) -> str:
+    """(Blocking, but never for long.) The file's text. Opened without waiting (O_NONBLOCK), so a FIFO or device
+    put in its place is refused at once instead of blocking a thread (and the reload lock) forever; anything
+    but a regular file of at most MAX_CONFIG_BYTES of UTF-8 is a ConfigError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ConfigError(str(path), 0, e.strerror or str(e)) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(str(path), 0, "not a regular file (a FIFO, socket or device is never read)")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(str(path), 0, f"larger than {MAX_CONFIG_BYTES >> 20} MiB")
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(str(path), 0, f"larger than {MAX_CONFIG_BYTES >> 20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), 0, f"not UTF-8 text ({e.reason})") from None
+
+
+def alias_cycles(config: ConfigFile) -> list[str]:
+    """Aliases that lead back to where they started ("a -> b -> a"): a name resolves one step only (an alias to
+    its table's model), so nothing loops, but such a file is a mistake worth a log line."""
+    step = config.models.aliases()
+    short = {parse_name(alias).key(): parse_name(alias).short
+             for section in config.models.sections for alias in section.aliases}
+    found: list[str] = []
+    seen_cycles: set[frozenset[Any]] = set()
+    for start in step:
+        path = [start]
+        key = step[start].key()
+        while key in step and key not in path:
+            path.append(key)
+            key = step[key].key()
+        if key == start and frozenset(path) not in seen_cycles:
+            seen_cycles.add(frozenset(path))
+            found.append(" -> ".join(short.get(k, "/".join(k)) for k in [*path, start]))
+    return found
 
 
 class LiveConfig:
@@ -109,10 +158,13 @@ class LiveConfig:
         """(Blocking.) Read and check the file: its syntax and values, and extra_args against the runner."""
         assert self.path is not None
         stamp = _stamp(self.path)
-        config = read_config(self.path)
+        config = parse_config(read_regular_file(self.path), str(self.path))
         known = self._known_flags()
         if known is not None:
             check_extra_args(config, known)
+        for cycle in alias_cycles(config):
+            log.warning("config %s: the aliases %s go round in a circle: each name stands for its table's model "
+                        "only, one step", self.path, cycle)
         self._stamp = stamp
         return config
 

@@ -150,3 +150,41 @@ async def test_a_broken_edit_keeps_serving_with_the_old_settings(served, caplog)
     assert (await generate(client, "tiny2"))["response"]
     metrics = await (await client.get("/metrics")).text()
     assert 'ollama_config_reloads_total{result="ok"} 1.0' in metrics
+
+
+async def test_a_config_file_replaced_by_a_fifo_is_refused_at_once_and_the_next_edit_still_applies(served,
+                                                                                                 caplog) -> None:
+    """Issue 34: the reload opened the FIFO and waited for a writer forever, holding a thread and the reload lock."""
+    client, path = await served('[models."tiny"]\naliases = ["small"]\n')
+    live = client.app[CONFIG]
+    path.unlink()
+    os.mkfifo(path)
+    async with asyncio.timeout(30):  # a hang guard: before, this never returned
+        assert not await live.reload("test")
+    assert "not a regular file" in caplog.text
+    assert (await generate(client, "small"))["response"]  # the previous settings stay
+    path.unlink()
+    path.write_text('[models."tiny"]\naliases = ["tiny2"]\n')
+    async with asyncio.timeout(30):
+        assert await live.reload("test")  # the lock is free
+    assert (await generate(client, "tiny2"))["response"]
+
+
+async def test_aliases_in_a_circle_are_one_log_line_and_resolve_one_step(served, caplog) -> None:
+    client, _ = await served('[models."tiny"]\naliases = ["a"]\n[models."a"]\naliases = ["b"]\n'
+                             '[models."b"]\naliases = ["a2"]\n[models."a2"]\naliases = ["tiny2"]\n'
+                             '[models."x"]\naliases = ["y"]\n[models."y"]\naliases = ["x"]\n')
+    cycles = [r.getMessage() for r in caplog.records if "go round in a circle" in r.getMessage()]
+    assert len(cycles) == 1, cycles
+    assert "x:latest -> y:latest -> x:latest" in cycles[0] or "y:latest -> x:latest -> y:latest" in cycles[0]
+    assert (await generate(client, "a"))["response"]  # a is tiny's alias
+    r = await client.post("/api/generate", json={"model": "x", "prompt": "hi"})
+    assert r.status == 404
+    assert (await r.json())["error"] == "model 'x' not found (an alias of 'y:latest', which is not in the store)"
+
+
+async def test_preloading_a_missing_model_is_one_log_line_and_serve_goes_on(served, caplog) -> None:
+    client, _ = await served('[models."nope"]\npreload = true\n[models."tiny"]\npreload = true\n')
+    assert "preloading nope:latest failed: model 'nope:latest' not found" in caplog.text
+    models = (await (await client.get("/api/ps")).json())["models"]
+    assert [m["name"] for m in models] == ["tiny:latest"]
