@@ -138,29 +138,34 @@ def gguf_chat_template(model: Model, tools: bool) -> ChatTemplate | None:
     key = (model.digest, tools)
     if key in _templates:
         return _templates[key]
-    chat = None
-    info = model.info
-    if info is not None:
-        kv = info.kv
-        source = kv.get("tokenizer.chat_template.tool_use") if tools else None
-        source = source if isinstance(source, str) else kv.get("tokenizer.chat_template")
-        if isinstance(source, str) and source and source != "chatml":
-            tokens = kv.get("tokenizer.ggml.tokens")
-            vocab = kv.get("tokenizer.ggml.model")
-
-            def piece(key: str) -> str:
-                i = kv.get(key)
-                ok = isinstance(tokens, list) and isinstance(i, int) and 0 <= i < len(tokens)
-                return str(tokens[i]) if ok else ""  # type: ignore[index]
-
-            add_bos = kv.get("tokenizer.ggml.add_bos_token", vocab in ("llama", "bert"))
-            add_eos = kv.get("tokenizer.ggml.add_eos_token", vocab == "t5")
-            chat = ChatTemplate(source, piece("tokenizer.ggml.bos_token_id"), piece("tokenizer.ggml.eos_token_id"),
-                                bool(add_bos), bool(add_eos))
+    chat = chat_template_from_kv(model.info.kv, tools) if model.info is not None else None
     if len(_templates) > 256:
         _templates.clear()
     _templates[key] = chat
     return chat
+
+
+def chat_template_from_kv(kv: dict[str, Any], tools: bool, source: str | None = None) -> ChatTemplate | None:
+    """A GGUF's chat template (or `source`, as llama-server's --chat-template-file gives it) with the BOS and EOS
+    tokens' text and whether the vocabulary adds them (llama.cpp's defaults by tokenizer where the GGUF is
+    silent)."""
+    if source is None:
+        source = kv.get("tokenizer.chat_template.tool_use") if tools else None
+        source = source if isinstance(source, str) else kv.get("tokenizer.chat_template")
+    if not isinstance(source, str) or not source or source == "chatml":
+        return None
+    tokens = kv.get("tokenizer.ggml.tokens")
+    vocab = kv.get("tokenizer.ggml.model")
+
+    def piece(key: str) -> str:
+        i = kv.get(key)
+        ok = isinstance(tokens, list) and isinstance(i, int) and 0 <= i < len(tokens)
+        return str(tokens[i]) if ok else ""  # type: ignore[index]
+
+    add_bos = kv.get("tokenizer.ggml.add_bos_token", vocab in ("llama", "bert"))
+    add_eos = kv.get("tokenizer.ggml.add_eos_token", vocab == "t5")
+    return ChatTemplate(source, piece("tokenizer.ggml.bos_token_id"), piece("tokenizer.ggml.eos_token_id"),
+                        bool(add_bos), bool(add_eos))
 
 
 def _shape(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> tuple[Any, ...]:
