@@ -262,9 +262,17 @@ class BlobDownload:
         """A puller stopped watching; the last one out cancels the download (its partial files stay)."""
         with self._lock:
             self._refs -= 1
-            if self._refs == 0 and not self._done.is_set():
+            cancel = self._refs == 0 and not self._done.is_set()
+            if cancel:
                 self._cancelled = True
-                self._stop.set()
+        if cancel:
+            self._halt()
+
+    def _halt(self) -> None:
+        """Stop every part now: the flag they check, and the connections their reads may be blocked on (a
+        registry trickling header lines would hold a read for minutes)."""
+        self._stop.set()
+        self.client.abort()
 
     def wait_done(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
@@ -356,7 +364,8 @@ class BlobDownload:
             except BaseException as e:
                 with self._lock:
                     failures.append(e)
-                self._stop.set()  # the others stop too: one failed part fails the blob
+                if not isinstance(e, _Stopped):
+                    self._halt()  # the others stop too: one failed part fails the blob
             finally:
                 _part_slots.release()
                 with self._lock:
@@ -391,7 +400,7 @@ class BlobDownload:
             elif (slow := rate.check(time.monotonic(), self._completed)) is not None:
                 with self._lock:
                     failures.append(RegistryError(slow))
-                self._stop.set()
+                self._halt()
             self._part_ended.wait(0.5)
         if self._cancelled:
             raise _Stopped()

@@ -23,6 +23,7 @@ a byte is written, the layers the store lacks must fit on its disk (store/downlo
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -51,12 +52,14 @@ from ollama_py.store.registry_limits import (
     MAX_MANIFEST_BYTES,
     MAX_REDIRECTS,
     REDIRECTS,
+    OpenConnections,
     TargetPolicy,
     guard_connections,
     host_of,
     read_body,
     reason,
     refusal,
+    too_slow,
 )
 
 log = logging.getLogger(__name__)
@@ -123,7 +126,8 @@ class RegistryClient:
         self.session.headers["User-Agent"] = USER_AGENT
         self.session.headers["Accept-Encoding"] = "identity"  # bodies are read raw and capped (registry_limits)
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
-        guard_connections(adapter, self.targets)
+        self._connections = OpenConnections()
+        guard_connections(adapter, self.targets, self._connections)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.auth = RegistryAuth(name.host, self.session, credential_files=options.credential_files,
@@ -133,6 +137,11 @@ class RegistryClient:
     def close(self) -> None:
         self._closed.set()
         self.session.close()
+
+    def abort(self) -> None:
+        """Shut down every connection in use now, from any thread: a read blocked on the registry ends with a
+        transport error (the session stays usable; its pool replaces them)."""
+        self._connections.shutdown()
 
     def __enter__(self) -> RegistryClient:
         return self
@@ -213,12 +222,32 @@ class RegistryClient:
             raise _status_error(resp, own)
 
     def get_manifest(self, tag: str) -> bytes:
+        """The manifest's bytes, at most MAX_MANIFEST_BYTES, all of it (headers too) within BODY_DEADLINE."""
         url = self.manifest_url(tag)
-        with self.request("GET", url, headers={"Accept": MANIFEST_V2}) as resp:
-            try:
-                return read_body(resp, MAX_MANIFEST_BYTES, "manifest", deadline=self.BODY_DEADLINE)
-            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
-                raise TransportError(f'GET "{url}": {describe(e)}') from None
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            self.abort()
+
+        timer = threading.Timer(self.BODY_DEADLINE, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            with self.request("GET", url, headers={"Accept": MANIFEST_V2}) as resp:
+                try:
+                    body = read_body(resp, MAX_MANIFEST_BYTES, "manifest", deadline=self.BODY_DEADLINE)
+                except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
+                    raise TransportError(f'GET "{url}": {describe(e)}') from None
+        except OllamaError:
+            if expired.is_set():
+                raise RegistryError(too_slow("manifest", self.BODY_DEADLINE)) from None
+            raise
+        finally:
+            timer.cancel()
+        if expired.is_set():  # a connection shut down mid-headers can read as an answer with no body
+            raise RegistryError(too_slow("manifest", self.BODY_DEADLINE))
+        return body
 
     def put_manifest(self, tag: str, raw: bytes) -> None:
         self.request("PUT", self.manifest_url(tag), headers={"Content-Type": MANIFEST_V2}, data=raw).close()
@@ -294,10 +323,10 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
     except InvalidManifest as e:
         log.warning("pulling %s over an unreadable manifest: %s", name, e)
 
-    with RegistryClient(name, options) as client:
+    with RegistryClient(name, options) as client, _aborted_on(cancel, client):
         yield {"status": "pulling manifest"}
         try:
-            manifest = Manifest.parse(client.get_manifest(name.tag))
+            manifest = Manifest.parse(_get_manifest(client, name.tag, cancel))
         except Unauthorized as e:
             raise Unauthorized(f"pull model manifest: {e}") from None
         except OllamaError as e:
@@ -332,6 +361,20 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
     yield {"status": "success"}
 
 
+def _get_manifest(client: RegistryClient, tag: str, cancel: threading.Event | None) -> bytes:
+    """The manifest, or RequestCanceled when the client hung up meanwhile (its connection was shut down: what
+    came back, an error or a body cut short, is not the registry's answer)."""
+    try:
+        raw = client.get_manifest(tag)
+    except OllamaError:
+        if cancel is not None and cancel.is_set():
+            raise RequestCanceled() from None
+        raise
+    if cancel is not None and cancel.is_set():
+        raise RequestCanceled()
+    return raw
+
+
 def distinct_blobs(manifest: Manifest) -> list[Any]:
     """The layers and then the config, each blob once (a manifest may name the same blob twice)."""
     seen: set[str] = set()
@@ -354,7 +397,7 @@ def push_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
     from ollama_py.store.upload import upload_blob
 
     yield {"status": "retrieving manifest"}
-    with RegistryClient(name, options) as client:
+    with RegistryClient(name, options) as client, _aborted_on(cancel, client):
         try:
             manifest = store.manifests.get(name)
         except ModelNotFound:
@@ -365,6 +408,28 @@ def push_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
         yield {"status": "pushing manifest"}
         client.put_manifest(name.tag, manifest.raw)
     yield {"status": "success"}
+
+
+@contextlib.contextmanager
+def _aborted_on(cancel: threading.Event | None, client: RegistryClient) -> Iterator[None]:
+    """While inside, a `cancel` (the client hung up) shuts the registry connections down at once, so a thread
+    blocked reading from a registry that trickles is freed instead of waiting out its timeouts."""
+    if cancel is None:
+        yield
+        return
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            if cancel.wait(0.25):
+                client.abort()
+                return
+
+    threading.Thread(target=watch, name="transfer-cancel", daemon=True).start()
+    try:
+        yield
+    finally:
+        finished.set()
 
 
 def transfer_progress(status: str, digest: str, total: int, done: threading.Event, completed: Callable[[], int],

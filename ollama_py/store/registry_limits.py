@@ -16,6 +16,9 @@ A registry is whatever host a client names in a model name, so its answers are a
   host that resolves to a non-public address is refused before connecting, and the connection goes to the
   address that was checked, so a name that answers differently the second time (DNS rebinding) gains
   nothing. Connections through a proxy (HTTPS_PROXY, the operator's choice) are the proxy's business.
+- Those connections are also remembered (`OpenConnections`), so another thread can shut them down: a cancelled
+  pull, a deadline, or a failed download ends reads that a trickling registry would otherwise hold (a header
+  line every 59 s never trips the socket's read timeout).
 - At most MAX_REDIRECTS redirects per request, as Ollama (10).
 """
 
@@ -26,6 +29,7 @@ import ipaddress
 import socket
 import threading
 import time
+import weakref
 import zlib
 from urllib.parse import urlsplit
 
@@ -78,7 +82,7 @@ def read_body(resp: requests.Response, limit: int, what: str, *, deadline: float
             if not data:
                 break
             if end is not None and time.monotonic() > end:
-                raise RegistryError(f"{what} still arriving after {deadline:.0f}s: the registry is too slow")
+                raise RegistryError(too_slow(what, deadline or 0))
             while data:
                 if decoder is None:
                     out += data
@@ -92,6 +96,10 @@ def read_body(resp: requests.Response, limit: int, what: str, *, deadline: float
     except zlib.error as e:
         raise RegistryError(f"{what}: bad {encoding} encoding: {e}") from None
     return bytes(out)
+
+
+def too_slow(what: str, deadline: float) -> str:
+    return f"{what} still arriving after {deadline:.0f}s: the registry is too slow"
 
 
 def host_of(url: str) -> str:
@@ -224,16 +232,46 @@ def _connect_checked(conn: HTTPConnection, policy: TargetPolicy) -> socket.socke
     raise error
 
 
-def guard_connections(adapter: HTTPAdapter, policy: TargetPolicy) -> None:
-    """Make every direct connection `adapter` opens obey `policy` (see the module docstring)."""
+class OpenConnections:
+    """The direct connections of one client, shut down together by `shutdown()` from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connections: weakref.WeakSet[HTTPConnection] = weakref.WeakSet()
+
+    def add(self, conn: HTTPConnection) -> None:
+        with self._lock:
+            self._connections.add(conn)
+
+    def shutdown(self) -> None:
+        """A read or write blocked on any of them returns (with an error) now; the pool replaces them."""
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    # the plain socket's shutdown, also for TLS: the fd is what the blocked read waits on
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass  # closed meanwhile, or never connected
+
+
+def guard_connections(adapter: HTTPAdapter, policy: TargetPolicy, connections: OpenConnections) -> None:
+    """Make every direct connection `adapter` opens obey `policy` (see the module docstring), and remember it
+    in `connections`."""
 
     class GuardedHTTP(HTTPConnection):
         def _new_conn(self) -> socket.socket:
-            return _connect_checked(self, policy)
+            sock = _connect_checked(self, policy)
+            connections.add(self)
+            return sock
 
     class GuardedHTTPS(HTTPSConnection):
         def _new_conn(self) -> socket.socket:
-            return _connect_checked(self, policy)
+            sock = _connect_checked(self, policy)
+            connections.add(self)
+            return sock
 
     class GuardedHTTPPool(HTTPConnectionPool):
         ConnectionCls = GuardedHTTP

@@ -8,6 +8,7 @@ registry that is not itself local, so redirects to loopback addresses are foreig
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import os
@@ -261,6 +262,53 @@ def test_a_trickled_manifest_has_a_deadline(tmp_path: Path, hostile: HostileRegi
     finally:
         stop.set()
     assert lines[-1] == {"error": "pull model manifest: manifest still arriving after 1s: the registry is too slow"}
+
+
+def trickled_headers(stop: threading.Event, gone: threading.Event, lines: int = 300) -> Any:
+    """An answer that sends a header line every 0.2 s (each well inside the socket's read timeout)."""
+
+    def answer(h: BaseHTTPRequestHandler, seen: Seen) -> None:
+        h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        try:
+            for i in range(lines):
+                if stop.wait(0.2):
+                    return
+                h.wfile.write(b"X-Trickle-%d: 1\r\n" % i)
+                h.wfile.flush()
+        except OSError:
+            gone.set()  # the server hung up on us
+
+    return answer
+
+
+def test_trickled_manifest_headers_have_a_deadline(tmp_path: Path, hostile: HostileRegistry,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(RegistryClient, "BODY_DEADLINE", 1.0)
+    stop, gone = threading.Event(), threading.Event()
+    hostile.answer = trickled_headers(stop, gone, lines=90)
+    try:
+        lines = pull_within(15, tmp_path / "models", f"{hostile.host}/test/headers:1")
+    finally:
+        stop.set()
+    assert lines[-1] == {"error": "pull model manifest: manifest still arriving after 1s: the registry is too slow"}
+
+
+async def test_a_client_hanging_up_frees_the_pull_at_once(fake_app, aiohttp_client, hostile: HostileRegistry):
+    """The pull's thread is blocked reading a header line; the client goes away: the server closes its
+    connection to the registry now, not after the 60 s the trickle would take (holding a transfer thread)."""
+    stop, gone = threading.Event(), threading.Event()
+    hostile.answer = trickled_headers(stop, gone)
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    try:
+        resp = await client.post("/api/pull", json={"model": f"{hostile.host}/test/hangup:1", "insecure": True})
+        assert json.loads(await resp.content.readline()) == {"status": "pulling manifest"}
+        while not hostile.seen:
+            await asyncio.sleep(0.05)
+        resp.close()
+        assert await asyncio.to_thread(gone.wait, 20), "the registry connection stayed open"
+    finally:
+        stop.set()
 
 
 def test_an_invalid_manifest_is_one_short_line(tmp_path: Path, hostile: HostileRegistry):
