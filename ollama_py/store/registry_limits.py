@@ -1,7 +1,9 @@
 """What a registry may make us do: how much of its answers we read, and where it may send us.
 
-    read_body(resp, limit, what) -> bytes        a streamed response's body, at most `limit` bytes once decoded
+    read_body(resp, limit, what, deadline=) -> bytes   a streamed response's body, at most `limit` bytes decoded
     TargetPolicy(base).check(url)                RegistryError unless the registry at `base` may send us to `url`
+    guard_connections(adapter, policy, open)     the same rule when a connection is made; `open` remembers it
+    OpenConnections.shutdown()                   ends every read blocked on those connections, from any thread
 
 A registry is whatever host a client names in a model name, so its answers are as trusted as the client:
 
