@@ -14,6 +14,7 @@ from ollama_py.scheduler.model_settings import runner_flags
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server import appkeys
 from ollama_py.server.access_log import access_log_middleware
+from ollama_py.server.blob_prune import prune_while_serving
 from ollama_py.server.connections import ConnectionGuard, default_max_connections, open_file_limit
 from ollama_py.server.errors import error_middleware
 from ollama_py.server.live_config import LiveConfig, while_serving
@@ -113,5 +114,6 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     app.cleanup_ctx.append(transfer_pools)  # uploads', pulls' and pushes' own threads (server/transfers.py)
     app.cleanup_ctx.append(lifecycle)
     app.cleanup_ctx.append(while_serving)  # preloads, then the config file's watcher: needs the scheduler
+    app.cleanup_ctx.append(prune_while_serving)  # unreferenced blobs, hourly (server/blob_prune.py)
     app.on_shutdown.append(stop_runners)
     return app

@@ -23,6 +23,7 @@ from ollama_py.api.wire import ShowResponse
 from ollama_py.errors import BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
 from ollama_py.server.appkeys import CONFIG, METRICS, SCHEDULER, SETTINGS, STORE
+from ollama_py.server.blob_prune import holds_blobs
 from ollama_py.server.bodies import field, model_name, read_json, requested_model
 from ollama_py.server.model_lookup import find_model
 from ollama_py.server.streaming import collect, ndjson
@@ -169,6 +170,7 @@ async def blob_exists(request: web.Request) -> web.Response:
 
 
 @routes.post("/api/blobs/{digest}")
+@holds_blobs
 async def blob_upload(request: web.Request) -> web.Response:
     digest = _digest(request)
     store = request.app[STORE]
@@ -187,6 +189,7 @@ def _is_local(request: web.Request) -> bool:
 
 
 @routes.post("/api/create")
+@holds_blobs
 async def create(request: web.Request) -> web.StreamResponse:
     from ollama_py.store.convert import find_converter
     from ollama_py.store.create import create_model

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from ollama_py.errors import ModelNotFound, OllamaError, RegistryError
 from ollama_py.server.appkeys import SETTINGS, STORE
+from ollama_py.server.blob_prune import holds_blobs
 from ollama_py.server.bodies import field, model_name, read_json
 from ollama_py.server.routes_models import iterate_in_thread
 from ollama_py.server.streaming import collect, ndjson
@@ -72,6 +73,7 @@ async def _transfer(request: web.Request) -> tuple[dict[str, Any], Any, Any]:
 
 
 @routes.post("/api/pull")
+@holds_blobs
 async def pull(request: web.Request) -> web.StreamResponse:
     body, name, options = await _transfer(request)
     store, noprune = request.app[STORE], request.app[SETTINGS].noprune
@@ -81,6 +83,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
 
 
 @routes.post("/api/push")
+@holds_blobs
 async def push(request: web.Request) -> web.StreamResponse:
     body, name, options = await _transfer(request)
     store = request.app[STORE]

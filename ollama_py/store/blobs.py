@@ -16,7 +16,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -66,6 +66,7 @@ class BlobStore:
         self.dir = self.root / "blobs"
         self._writing: set[str] = set()  # names of in-progress temp files
         self._writing_lock = threading.Lock()
+        self._users = 0  # work in progress that may need blobs no manifest names yet (in_use)
 
     # -- lookups -------------------------------------------------------------------------------------
 
@@ -116,6 +117,22 @@ class BlobStore:
     def writer(self) -> BlobWriter:
         """A blob written piece by piece (an upload whose bytes arrive over time); see BlobWriter."""
         return BlobWriter(self)
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Mark work that writes or needs blobs before a manifest names them (an upload, a pull, a create): a
+        prune while the server runs waits until there is none (`busy`)."""
+        with self._writing_lock:
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._writing_lock:
+                self._users -= 1
+
+    def busy(self) -> bool:
+        with self._writing_lock:
+            return self._users > 0 or bool(self._writing)
 
     def writing(self) -> set[str]:
         """The temp files of writes in progress (a prune leaves them alone)."""

@@ -1,0 +1,69 @@
+"""Unreferenced blobs removed while serve runs, not only at its start (issue 34: orphans stayed until a restart).
+
+Deleting a model removes the blobs only it used (ModelStore.delete). What else leaves a blob no manifest names --
+an upload whose create never came, a create or pull that failed after writing some blobs -- is removed here:
+every PRUNE_INTERVAL, files untouched for GRACE_SECONDS that no manifest names (a partial download keeps its day:
+store/blobs.py). A pass is skipped while anything that writes or needs blobs before its manifest exists is in
+progress (an upload, a pull, a push, a create: `holds_blobs`), and OLLAMA_NOPRUNE turns it off, as it does the
+prune at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from ollama_py.server.appkeys import SETTINGS, STORE
+from ollama_py.store.models import ModelStore
+
+log = logging.getLogger(__name__)
+
+PRUNE_INTERVAL = 3600.0
+GRACE_SECONDS = 3600.0  # a blob written this recently may be an upload whose create is still to come
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def holds_blobs(handler: Handler) -> Handler:
+    """A route whose work writes or needs blobs that no manifest names yet: no prune runs while it does."""
+    @functools.wraps(handler)
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        with request.app[STORE].blobs.in_use():
+            return await handler(request)
+    return wrapped
+
+
+def prune_once(store: ModelStore, *, grace: float = GRACE_SECONDS) -> list[str]:
+    """(Blocking.) One pass, unless blob work is in progress; the names removed."""
+    if store.blobs.busy():
+        log.debug("blob prune skipped: uploads, pulls or creates in progress")
+        return []
+    return store.prune(older_than=grace)
+
+
+async def prune_while_serving(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: prune_once every PRUNE_INTERVAL until serve stops (nothing with OLLAMA_NOPRUNE)."""
+    task = None
+    if not app[SETTINGS].noprune:
+        task = asyncio.create_task(_every(app[STORE], PRUNE_INTERVAL), name="blob-pruner")
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _every(store: ModelStore, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.to_thread(prune_once, store)  # what it removes, it logs (store/blobs.py)
+        except OSError as e:
+            log.warning("blob prune failed: %s", e)
