@@ -306,16 +306,18 @@ class ModelStore:
                 self._forget_info(digest)
             return removed
 
-    def prune(self) -> list[str]:
-        """Start-up clean-up: stale manifest temp files, stale blob temp files, unreferenced blobs."""
+    def prune(self, *, older_than: float = 0.0) -> list[str]:
+        """Clean-up at start (and, with `older_than`, while serving: files modified in the last `older_than`
+        seconds are kept): stale manifest temp files, stale blob temp files, unreferenced blobs."""
         with self.lock:
-            self.manifests.remove_stale_temp()
+            if not older_than:  # at start only: a put in progress outside the lock may own one
+                self.manifests.remove_stale_temp()
             try:
                 referenced = self.manifests.referenced_digests()
             except InvalidManifest as e:
                 log.warning("not pruning blobs: %s", e)
-                return self.blobs.prune(self.blobs.digests())  # temp files only
-            return self.blobs.prune(referenced)
+                return self.blobs.prune(self.blobs.digests(), older_than=older_than)  # temp files only
+            return self.blobs.prune(referenced, older_than=older_than)
 
     # -- helpers -------------------------------------------------------------------------------------
 
