@@ -2,9 +2,10 @@
 JSON endpoints (sse.post_json: one connection a call, as the stream; a burst of them over a few kept-alive
 connections, sse.KeptConnection) and GETs (aiohttp).
 
-The small calls to one runner are bounded, whoever makes them: at most `max_calls` in flight (a FIFO semaphore,
-so a chat's /apply-template waits behind at most one round of an embed request's tokenizations, not all of
-them). A request with many calls (`post_each`) uses at most `max_calls` connections for all of them."""
+A request makes one small call at a time (`post`), and the scheduler bounds the requests a runner serves by its
+slots. A request with many calls (`post_each`: an embed request's tokenizations) uses at most `max_calls`
+kept-alive connections for all of them, and all such bursts to one runner together have at most `max_calls`
+calls in flight (a FIFO semaphore, so two bursts take turns); single calls never wait for it."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ log = logging.getLogger(__name__)
 class LlamaClient:
     """read_timeout: the longest silence allowed while waiting for a response or between stream events
     (llama-server streams tokens and pings idle SSE streams, so a long silence means it is hung); None waits
-    forever. api_key: the runner's key, sent as a bearer token on every request. max_calls: the small JSON calls
-    (tokenize, detokenize, apply-template, embeddings, rerank) in flight to this runner at once."""
+    forever. api_key: the runner's key, sent as a bearer token on every request. max_calls: the calls of
+    `post_each` bursts in flight to this runner at once (and the connections one burst uses)."""
 
     MAX_CALLS = 4
 
@@ -75,9 +76,8 @@ class LlamaClient:
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST body, the JSON answer (a connection of its own, as `stream`: runner/sse.post_json)."""
         url = urllib.parse.urlsplit(self.base_url)
-        async with self._calls:
-            return await sse.post_json(url.hostname or "127.0.0.1", url.port or 80, path, body,
-                                       read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
+        return await sse.post_json(url.hostname or "127.0.0.1", url.port or 80, path, body,
+                                   read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
 
     async def post_each(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[Any]:
         """POST each body to `path`; the answers in the bodies' order. At most `max_calls` workers, each with one
