@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from ollama_py.api.wire import Message, Tool
 from ollama_py.errors import TemplateError
 from ollama_py.server.fair_pool import FairPool, key_of
-from ollama_py.template.jinja_chat import ChatTemplate, JinjaUnsupported, render_chat
+from ollama_py.template.jinja_chat import (
+    DEFAULT_LIMITS,
+    ChatTemplate,
+    JinjaUnsupported,
+    Limits,
+    chat_template_from_kv,
+    render_chat,
+)
 from ollama_py.template.prompt import is_parsed, parse_prompt_template, render_prompt
 
 if TYPE_CHECKING:
@@ -145,34 +152,20 @@ def gguf_chat_template(model: Model, tools: bool) -> ChatTemplate | None:
     return chat
 
 
-def chat_template_from_kv(kv: dict[str, Any], tools: bool, source: str | None = None) -> ChatTemplate | None:
-    """A GGUF's chat template (or `source`, as llama-server's --chat-template-file gives it) with the BOS and EOS
-    tokens' text and whether the vocabulary adds them (llama.cpp's defaults by tokenizer where the GGUF is
-    silent)."""
-    if source is None:
-        source = kv.get("tokenizer.chat_template.tool_use") if tools else None
-        source = source if isinstance(source, str) else kv.get("tokenizer.chat_template")
-    if not isinstance(source, str) or not source or source == "chatml":
-        return None
-    tokens = kv.get("tokenizer.ggml.tokens")
-    vocab = kv.get("tokenizer.ggml.model")
-
-    def piece(key: str) -> str:
-        i = kv.get(key)
-        ok = isinstance(tokens, list) and isinstance(i, int) and 0 <= i < len(tokens)
-        return str(tokens[i]) if ok else ""  # type: ignore[index]
-
-    add_bos = kv.get("tokenizer.ggml.add_bos_token", vocab in ("llama", "bert"))
-    add_eos = kv.get("tokenizer.ggml.add_eos_token", vocab == "t5")
-    return ChatTemplate(source, piece("tokenizer.ggml.bos_token_id"), piece("tokenizer.ggml.eos_token_id"),
-                        bool(add_bos), bool(add_eos))
-
-
 def _shape(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> tuple[Any, ...]:
     roles = [m["role"] for m in body]
+    names = tuple(str((t.get("function") or {}).get("name")) for t in tools) if tools else ()
     return (roles[0] if roles else "", roles[-1] if roles else "", tuple(sorted(set(roles))),
-            any("tool_calls" in m for m in body), any(not m["content"] for m in body),
-            json.dumps(tools, sort_keys=True) if tools else "")
+            any("tool_calls" in m for m in body), any(not m["content"] for m in body), names)
+
+
+def _limits(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> Limits:
+    """Render limits that grow with the request: a long conversation or many tools are not a runaway template."""
+    n_tools = len(tools or ())
+    chars = sum(len(m["content"]) for m in body)
+    return Limits(operations=DEFAULT_LIMITS.operations + 1000 * (len(body) + n_tools),
+                  max_chars=DEFAULT_LIMITS.max_chars + 8 * chars + (64 << 10) * n_tools,
+                  seconds=DEFAULT_LIMITS.seconds * 5)
 
 
 def _candidates(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[Tool] | None,
@@ -187,7 +180,8 @@ def _candidates(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[
             messages = _template_messages(body, args_as_object, merge_system)
             for thinking in (True, False):
                 try:
-                    prompt = render_chat(chat, messages, tools=cast("Any", tools), enable_thinking=thinking)
+                    prompt = render_chat(chat, messages, tools=cast("Any", tools), enable_thinking=thinking,
+                                         limits=_limits(body, tools))
                 except (JinjaUnsupported, TemplateError):
                     continue
                 out.append((_Verdict(thinking, args_as_object, merge_system, 1), prompt))
@@ -215,7 +209,7 @@ async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Seq
             try:
                 messages_in = _template_messages(body, verdict.args_as_object, verdict.merge_system)
                 return await _off_loop(render_chat, chat, messages_in, tools=tools,
-                                       enable_thinking=verdict.enable_thinking)
+                                       enable_thinking=verdict.enable_thinking, limits=_limits(body, tools))
             except JinjaUnsupported:
                 pass  # this request's content: the runner renders it
     prompt: str = (await runner.post("/apply-template", request))["prompt"]

@@ -64,6 +64,7 @@ from ollama_py.store.manifests import (
 from ollama_py.store.models import ModelStore
 from ollama_py.store.quantize import Quantizer, normalize_qtype
 from ollama_py.template import parse_template
+from ollama_py.template.jinja_chat import check_gguf_chat_templates
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,9 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
             parse_template(template)
         except TemplateError as e:
             raise BadRequest(f"template error: {e}") from None
+    # llama-server applies the GGUF's own chat template at load: one that loops or explodes is refused here, by a
+    # bounded render in our sandbox, before any runner runs it (issue 34)
+    check_gguf_chat_templates(models[0].info.kv)
     return _Plan(
         name=name, weights=weights, kept=kept, base_config=base_config, base_params=base_params,
         quantize=quantize, template=template, system=_opt_str(req, "system") or None,

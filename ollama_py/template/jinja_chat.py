@@ -1,7 +1,9 @@
 """GGUF chat templates (Jinja) rendered in-process, in a sandbox with limits (pure: no event loop, no server).
 
+    chat_template_from_kv(kv, tools) -> ChatTemplate | None     a GGUF's template with its BOS/EOS tokens
     render_chat(chat, messages, tools=..., add_generation_prompt=True) -> str
     check_chat_template(chat)        JinjaLimit for a template that loops or explodes on a plain conversation
+    check_gguf_chat_templates(kv)    the same for each template a GGUF carries (what /api/create runs)
 
 A GGUF carries its chat template as Jinja source (`tokenizer.chat_template`). llama-server renders it with
 llama.cpp's own Jinja engine (common/jinja) for /apply-template and applies it at load. Asking the runner costs
@@ -118,6 +120,29 @@ def _size(n: int) -> None:
 
 def _length(value: Any) -> int:
     return len(value) if isinstance(value, (str, list, tuple)) else 0
+
+
+def chat_template_from_kv(kv: dict[str, Any], tools: bool, source: str | None = None) -> ChatTemplate | None:
+    """A GGUF's chat template (or `source`, as llama-server's --chat-template-file gives it) with the BOS and EOS
+    tokens' text and whether the vocabulary adds them (llama.cpp's defaults by tokenizer where the GGUF is
+    silent)."""
+    if source is None:
+        source = kv.get("tokenizer.chat_template.tool_use") if tools else None
+        source = source if isinstance(source, str) else kv.get("tokenizer.chat_template")
+    if not isinstance(source, str) or not source or source == "chatml":
+        return None
+    tokens = kv.get("tokenizer.ggml.tokens")
+    vocab = kv.get("tokenizer.ggml.model")
+
+    def piece(key: str) -> str:
+        i = kv.get(key)
+        ok = isinstance(tokens, list) and isinstance(i, int) and 0 <= i < len(tokens)
+        return str(tokens[i]) if ok else ""  # type: ignore[index]
+
+    add_bos = kv.get("tokenizer.ggml.add_bos_token", vocab in ("llama", "bert"))
+    add_eos = kv.get("tokenizer.ggml.add_eos_token", vocab == "t5")
+    return ChatTemplate(source, piece("tokenizer.ggml.bos_token_id"), piece("tokenizer.ggml.eos_token_id"),
+                        bool(add_bos), bool(add_eos))
 
 
 # -- the sandbox -----------------------------------------------------------------------------------------------
@@ -399,3 +424,18 @@ def check_chat_template(chat: ChatTemplate, limits: Limits = CHECK_LIMITS) -> bo
         except JinjaUnsupported:
             judged = False
     return judged
+
+
+def check_gguf_chat_templates(kv: Mapping[str, Any]) -> None:
+    """Refuse a GGUF whose chat template (or its tool_use variant, which llama-server also applies at load) loops
+    or explodes on a plain conversation: JinjaLimit, a 400 naming the limit. A template the sandbox cannot judge
+    passes (llama-server's engine may render what jinja2 does not)."""
+    for key in ("tokenizer.chat_template", "tokenizer.chat_template.tool_use"):
+        source = kv.get(key)
+        if isinstance(source, str) and source:
+            chat = chat_template_from_kv(dict(kv), False, source)
+            if chat is not None:
+                try:
+                    check_chat_template(chat)
+                except JinjaLimit as e:
+                    raise JinjaLimit(f"the model's chat template ({key}) cannot be used: {e}") from None
