@@ -80,10 +80,11 @@ def conversation(turns: int) -> list[dict[str, str]]:
     return messages
 
 
-def ttft(url: str, messages: list[dict[str, str]], keep_alive: Any = "1h") -> tuple[float, int]:
+def ttft(url: str, messages: list[dict[str, str]], keep_alive: Any = "1h") -> tuple[float, int, float]:
+    """Time to the first token, prompt_eval_count and load_duration (s) of one chat turn."""
     start = time.perf_counter()
     first = None
-    prompt_eval = 0
+    prompt_eval, load = 0, 0.0
     with requests.post(url + "/api/chat", stream=True, timeout=600, json={
             "model": "m", "messages": messages, "stream": True, "keep_alive": keep_alive,
             "options": {"num_predict": 4, "temperature": 0, "num_ctx": 4096}}) as r:
@@ -95,8 +96,8 @@ def ttft(url: str, messages: list[dict[str, str]], keep_alive: Any = "1h") -> tu
             if first is None and (chunk.get("message", {}).get("content") or chunk.get("done")):
                 first = time.perf_counter() - start
             if chunk.get("done"):
-                prompt_eval = chunk.get("prompt_eval_count", 0)
-    return first or 0.0, prompt_eval
+                prompt_eval, load = chunk.get("prompt_eval_count", 0), chunk.get("load_duration", 0) / 1e9
+    return first or 0.0, prompt_eval, load
 
 
 def wait_unloaded(url: str) -> None:
@@ -110,6 +111,7 @@ def wait_unloaded(url: str) -> None:
 def reload_ttft(model: Path, turns: int, rounds: int) -> dict[str, Any]:
     out: dict[str, list[float]] = {"warm": [], "reload, slots restored": [], "reload, no disk cache": []}
     evals: dict[str, list[int]] = {k: [] for k in out}
+    loads: dict[str, list[float]] = {k: [] for k in out}
     for disk, label in (("4096", "reload, slots restored"), ("0", "reload, no disk cache")):
         with tempfile.TemporaryDirectory() as d:
             serve = start_serve(Path(d), {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_PY_PROMPT_CACHE_DISK": disk})
@@ -121,21 +123,27 @@ def reload_ttft(model: Path, turns: int, rounds: int) -> dict[str, Any]:
                     ttft(serve.url, history)  # turn N: fills the cache
                     history += [{"role": "user", "content": "How many marbles are in box 5?"}]
                     if disk == "4096":  # the warm case once per round, on the first server
-                        t, n = ttft(serve.url, history)
+                        t, n, load = ttft(serve.url, history)
                         out["warm"].append(t)
                         evals["warm"].append(n)
+                        loads["warm"].append(load)
                         history.pop()
                         ttft(serve.url, history)  # back to turn N in the slot
                         history += [{"role": "user", "content": "How many marbles are in box 5?"}]
                     requests.post(serve.url + "/api/generate", json={"model": "m", "keep_alive": 0}, timeout=60)
                     wait_unloaded(serve.url)
-                    t, n = ttft(serve.url, history)
+                    t, n, load = ttft(serve.url, history)
                     out[label].append(t)
                     evals[label].append(n)
-                    print(f"{label} round {rnd}: ttft {t * 1000:.0f} ms, prompt_eval_count {n}", flush=True)
+                    loads[label].append(load)
+                    print(f"{label} round {rnd}: ttft {t * 1000:.0f} ms (load {load * 1000:.0f} ms), "
+                          f"prompt_eval_count {n}", flush=True)
             finally:
                 serve.stop()
     return {k: {"ttft_ms": [round(x * 1000, 1) for x in v], "median_ms": round(statistics.median(v) * 1000, 1),
+                "load_ms": [round(x * 1000, 1) for x in loads[k]],
+                "median_after_load_ms": round(statistics.median(t - x for t, x in zip(v, loads[k], strict=True))
+                                              * 1000, 1),
                 "prompt_eval_count": evals[k]} for k, v in out.items() if v}
 
 
@@ -145,7 +153,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=14)
     ap.add_argument("--tokens", type=int, default=2000, help="about this many tokens per prompt (part 1)")
     ap.add_argument("--caps", default="none,64", help="comma-separated OLLAMA_CACHE_RAM MiB; none = 8192")
-    ap.add_argument("--turns", type=int, default=8, help="conversation rounds before turn N+1 (part 2)")
+    ap.add_argument("--turns", type=int, default=12, help="conversation rounds before turn N+1 (~3k tokens)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-rss", action="store_true")
     ap.add_argument("--skip-ttft", action="store_true")
@@ -164,8 +172,10 @@ def main() -> None:
     if not args.skip_ttft:
         result["ttft"] = reload_ttft(args.model, args.turns, args.rounds)
         rows = [[k, " / ".join(f"{x:.0f}" for x in v["ttft_ms"]), f"{v['median_ms']:.0f}",
+                 " / ".join(f"{x:.0f}" for x in v["load_ms"]), f"{v['median_after_load_ms']:.0f}",
                  " / ".join(map(str, v["prompt_eval_count"]))] for k, v in result["ttft"].items()]
-        print(markdown_table(["turn N+1", "TTFT ms (rounds)", "median ms", "prompt_eval_count"], rows))
+        print(markdown_table(["turn N+1", "TTFT ms (rounds)", "median ms", "of it loading ms", "median less the load",
+                              "prompt_eval_count"], rows))
     result["load_after"] = load_average()
     write_json(RESULTS / "memory_cache.json", result)
 
