@@ -300,6 +300,47 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+def fan_out_and_slow_clients(b: Bench) -> None:
+    """Issue 34 items 2 and 3, and /api/detokenize past the vocabulary: one embed request with thousands of
+    inputs (was a runner connection per input, all at once), long inputs that must be tokenized first, and the
+    threaded routes while slow uploads are open (they held every default-executor thread)."""
+    inputs = [f"input number {i}" for i in range(2000)]
+
+    def embed(body: dict[str, Any]) -> tuple[str, str]:
+        r = requests.post(b.url + "/api/embed", json={"model": "tiny", **body}, timeout=300)
+        if r.status_code != 200:
+            return str(r.status_code), error_text(r)
+        return "200", f"{len(r.json()['embeddings'])} embeddings"
+
+    b.step("fan-out", "/api/embed with 2,000 short inputs", lambda: embed({"input": inputs}))
+    long_inputs = [" ".join(f"w{i}x{j}" for j in range(40)) for i in range(300)]
+    b.step("fan-out", "/api/embed with 300 inputs past num_ctx 64", lambda: embed(
+        {"input": long_inputs, "options": {"num_ctx": 64}}))
+    b.step("bad input", "/api/detokenize of id 10^9 (past the vocabulary)", functools.partial(
+        b.call, "POST", "/api/detokenize", json={"model": "tiny", "tokens": [1, 10 ** 9]}))
+
+    host, port = b.url.removeprefix("http://").rsplit(":", 1)
+    uploads = []
+    try:
+        for i in range(12):  # more than the default executor's threads on any machine up to 8 cores
+            s = socket.create_connection((host, int(port)))
+            digest = hashlib.sha256(b"slow %d" % i).hexdigest()
+            s.sendall(f"POST /api/blobs/sha256:{digest} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000\r\n\r\nx"
+                      .encode())
+            uploads.append(s)
+        time.sleep(1.0)  # each upload's handler has started and read its first byte
+
+        def others() -> tuple[str, str]:
+            tags = requests.get(b.url + "/api/tags", timeout=20)
+            show = requests.post(b.url + "/api/show", json={"model": "tiny"}, timeout=20)
+            return f"{tags.status_code}/{show.status_code}", "answered while 12 uploads were open"
+
+        b.step("slow clients", "/api/tags and /api/show with 12 trickling uploads open", others)
+    finally:
+        for s in uploads:
+            s.close()
+
+
 def hostile_registry(b: Bench, pid: int) -> None:
     """Pulls from a registry that lies (issue 34 item 5), each with the serve's RSS growth in its text."""
     import gzip
@@ -352,7 +393,7 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
     try:
         b.call("POST", "/api/generate", json={"model": "tiny", "prompt": "warm up", "stream": False})
         for case in (idle, template_bombs, many_tools, rpc_servers, slowloris, huge_keep_alive, gguf_bombs,
-                     wrong_digest):
+                     wrong_digest, fan_out_and_slow_clients):
             case(b)
         deleted_blob(b, scratch / "models", scratch)
         hostile_registry(b, proc.pid)
