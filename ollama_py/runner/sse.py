@@ -348,10 +348,31 @@ async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
                       reply: type[SSEStream] = SSEStream, accept: bytes = b"text/event-stream") -> SSEStream:
     """Connect, send `body` as JSON (with `headers` besides the usual ones) and return the stream (nothing of
     the response read yet)."""
+    if _bulky(body):  # a long prompt or conversation: encoding it would hold the event loop (0.1 s per ~30 MB)
+        request = await asyncio.to_thread(_request, host, port, path, body, headers, accept, keep_alive=False)
+    else:
+        request = _request(host, port, path, body, headers, accept, keep_alive=False)
     stream = await _connect(host, port, read_timeout, reply)
     assert stream._transport is not None
-    stream._transport.write(_request(host, port, path, body, headers, accept, keep_alive=False))
+    stream._transport.write(request)
     return stream
+
+
+_BULKY = 256 << 10  # characters of strings, or items of lists, a body may hold before it is encoded off the loop
+
+
+def _bulky(value: Any, depth: int = 0) -> bool:
+    """Whether a request body is big enough to encode in a thread: strings by length, lists by count, looked at
+    three levels deep (a prompt, the messages' contents), and cheap for the ordinary small body."""
+    if isinstance(value, str):
+        return len(value) > _BULKY
+    if depth > 3:
+        return False
+    if isinstance(value, dict):
+        return any(_bulky(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return len(value) > _BULKY // 8 or any(_bulky(v, depth + 1) for v in value[:64])
+    return False
 
 
 async def _connect(host: str, port: int, read_timeout: float | None, reply: type[_S]) -> _S:
@@ -409,7 +430,7 @@ async def post_json(host: str, port: int, path: str, body: dict[str, Any], *, re
     return await _decoded(reply._text)
 
 
-_INLINE_JSON = 1 << 20  # answers decoded on the event loop up to this size (a batch of embeddings is bigger)
+_INLINE_JSON = 256 << 10  # answers decoded on the event loop up to this size (a batch of embeddings is bigger)
 
 
 async def _decoded(text: bytearray) -> Any:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # Tokens an input may have beyond one per byte of its text: BOS, EOS, a word-start marker the tokenizer adds.
 _SPECIAL_SLACK = 8
-_INLINE_FLOATS = 50_000  # vectors normalized on the event loop up to this many floats, in a thread past it
+_INLINE_FLOATS = 10_000  # vectors normalized on the event loop up to this many floats, in a thread past it
 
 
 @dataclass(slots=True)
