@@ -277,14 +277,11 @@ async def test_unload_of_busy_model_waits_until_idle(tmp_path):
 
 
 async def test_model_that_does_not_fit_evicts_an_idle_one_below_the_count_limit(tmp_path):
-    loaded_sizes: list[int] = []
-
-    def free_memory(plan):  # room for one 1000-byte model only
-        return 1500 - 1000 * len(loaded_sizes)
+    def free_memory(plan):  # room for one 1000-byte model only: each runner process holds 1000 while it lives
+        return 1500 - 1000 * sum(1 for entry in list(sched.loaded.values())
+                                 if entry.runner.pid is not None and entry.runner.returncode is None)
 
     sched = make_scheduler(tmp_path, free_memory=free_memory, max_loaded_models=3)
-    sched.listeners.append(lambda event, _loaded: loaded_sizes.append(1) if event == "loaded" else
-                           loaded_sizes.pop() if event in ("evicted", "unloaded") else None)
     a, b = model(tmp_path, "a"), model(tmp_path, "b")
     try:
         await sched.load(a, {}, 600.0)
