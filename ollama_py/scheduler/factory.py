@@ -263,8 +263,8 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
             slots = slot_cache.RunnerSlots(saved, directory, spec.parallel)
         # CPU builds only: a GPU driver reserves address space far beyond what it uses
         limit = None
-        if settings.runner_memory_limit and not plan.size_vram and candidates and candidates[0][0] not in GPU_VARIANTS \
-                and not spec.rpc_servers:
+        on_cpu_build = bool(candidates) and candidates[0][0] in ("cpu", "cpu_avx2")
+        if settings.runner_memory_limit and on_cpu_build and not plan.size_vram and not spec.rpc_servers:
             limit = address_space_limit(plan.size, cores)
         return VariantRunner(spec, candidates, bad, shard_links=settings.data_dir / "shards", name=name, env=env,
                              load_timeout=settings.load_timeout, on_exit=on_exit, slots=slots, memory_limit=limit)
