@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import ipaddress
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any
@@ -63,6 +63,32 @@ async def iterate_in_thread(make: Callable[[], Iterator[dict[str, Any]]],
         else:
             await worker
             return
+
+
+async def cancellable_in_thread(make: Callable[[threading.Event], Iterator[dict[str, Any]]],
+                                ) -> AsyncIterator[dict[str, Any]]:
+    """iterate_in_thread for work that stops when asked: closing this (the client hung up) sets the event `make`
+    was given, and the worker closes the generator at its next item, so a converter or quantizer child is killed
+    instead of running to the end for nobody."""
+    cancel = threading.Event()
+
+    def closing() -> Iterator[dict[str, Any]]:
+        work = make(cancel)
+        try:
+            for item in work:
+                yield item
+                if cancel.is_set():
+                    break
+        finally:
+            close = getattr(work, "close", None)
+            if close is not None:
+                close()
+
+    try:
+        async for item in iterate_in_thread(closing):
+            yield item
+    finally:
+        cancel.set()
 
 
 @routes.get("/api/tags")
@@ -181,13 +207,6 @@ async def blob_upload(request: web.Request) -> web.Response:
     return web.Response(status=201)
 
 
-def _is_local(request: web.Request) -> bool:
-    try:
-        return ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
-    except ValueError:
-        return request.remote in ("", None)
-
-
 @routes.post("/api/create")
 @holds_blobs
 async def create(request: web.Request) -> web.StreamResponse:
@@ -198,10 +217,12 @@ async def create(request: web.Request) -> web.StreamResponse:
     name = model_name(body)
     store = request.app[STORE]
     quantizer = _quantize_binary(request)
-    local = _is_local(request)
-    runners = request.app[SETTINGS].runners_dir
-    events = iterate_in_thread(lambda: create_model(store, name, body, quantizer=quantizer, local_client=local,
-                                                    converter=find_converter(runners)))
+    settings = request.app[SETTINGS]
+    # `from` paths on the server only inside the operator's OLLAMA_PY_IMPORT_DIRS, whoever asks (a loopback peer
+    # may be any client of a reverse proxy on this host); a client that hangs up stops the conversion/quantizing
+    events = cancellable_in_thread(lambda cancel: create_model(
+        store, name, body, quantizer=quantizer, import_dirs=settings.import_dirs, cancel=cancel,
+        converter=find_converter(settings.runners_dir, timeout=settings.convert_timeout)))
     if field(body, "stream", bool, True):
         return await ndjson(request, events)
     items = await collect(events)

@@ -7,12 +7,20 @@
     source.convert(store, base=...) -> Generator[dict, None, str]    yields progress, returns the new blob digest
 
 The converter is `convert_hf_to_gguf.py` (or `convert_lora_to_gguf.py` for a PEFT LoRA adapter) from the same
-pinned llama.cpp source the runners are built from, run as a child process of this Python (its own process
-group; it needs the `convert` extra: torch, transformers, safetensors, sentencepiece). The request's blobs are
-symlinked under their file names into a temp directory, the way Ollama's server lays them out before
-converting. The GGUF is written to a temp file in the blobs directory (sha256-tmp-convert-*: what a start-up
-prune removes) and moved in under its digest only when the converter succeeded, so a failure, a crash or a
-client that goes away leaves no partial blob. The converter never reaches the network (HF_HUB_OFFLINE).
+pinned llama.cpp source the runners are built from, run with this Python (it needs the `convert` extra: torch,
+transformers, safetensors, sentencepiece). No code that came with the model ever runs (issue 34):
+
+- only the files the conversion reads are staged (convert_files.py: Ollama's gathering rules; never a `.py`),
+  JSON files copied with their `auto_map` (transformers' pointer to model code) removed;
+- the converter runs as an isolated child (convert_sandbox.py + convert_bootstrap.py): its own workspace as cwd,
+  HOME and TMPDIR, a reduced environment, no network, resource limits, OLLAMA_PY_CONVERT_TIMEOUT, remote code
+  off in transformers whatever the converter asks, and no module loaded from the workspace or a temp directory.
+  A model whose tokenizer or config needs its own code is a 400 that says so. (Pickled weights are safe too: the
+  converter loads PyTorch files with torch.load(weights_only=True), which refuses anything but tensors.)
+
+The GGUF is written to a temp file in the blobs directory (sha256-tmp-convert-*: what a start-up prune removes) and
+moved in under its digest only when the converter succeeded, so a failure, a crash, a timeout or a client that goes
+away (`cancel`) leaves no partial blob and no converter running.
 """
 
 from __future__ import annotations
@@ -24,19 +32,20 @@ import json
 import logging
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ollama_py.errors import BadRequest, NotFound, OllamaError
-from ollama_py.runner.process import pdeathsig_preexec
 from ollama_py.store.blobs import canonical_digest
+from ollama_py.store.convert_bootstrap import REFUSED
+from ollama_py.store.convert_files import Staged, converter_files, read_json, stage
+from ollama_py.store.convert_sandbox import DEFAULT_TIMEOUT, host_limits, run_isolated
 from ollama_py.store.gguf_meta import GGUFInfo
 from ollama_py.store.models import ModelStore
 
@@ -62,15 +71,16 @@ class Converter:
 
     scripts_dir: Path
     python: str = sys.executable
+    timeout: float = DEFAULT_TIMEOUT  # seconds one conversion may take (OLLAMA_PY_CONVERT_TIMEOUT)
 
     def script(self, name: str) -> Path:
         return self.scripts_dir / name
 
 
-def find_converter(runners_dir: Path) -> Converter | None:
+def find_converter(runners_dir: Path, *, timeout: float = DEFAULT_TIMEOUT) -> Converter | None:
     """The converter installed next to the runners (runners/convert/), or None."""
-    scripts = Path(runners_dir) / CONVERTER_DIR
-    return Converter(scripts) if (scripts / HF_SCRIPT).is_file() else None
+    scripts = Path(runners_dir).absolute() / CONVERTER_DIR
+    return Converter(scripts, timeout=timeout) if (scripts / HF_SCRIPT).is_file() else None
 
 
 def missing_packages() -> list[str]:
@@ -122,32 +132,35 @@ class HFSource:
     adapter: bool
     architecture: str  # config.json's architectures[0]; "" for an adapter
 
-    def convert(self, store: ModelStore, *, base: HFSource | None = None,
-                base_info: GGUFInfo | None = None) -> Generator[dict, None, str]:
+    def convert(self, store: ModelStore, *, base: HFSource | None = None, base_info: GGUFInfo | None = None,
+                cancel: threading.Event | None = None) -> Generator[dict, None, str]:
         """Convert into a new blob, yielding progress; returns its digest. An adapter is converted against
-        `base` (the model's own Hugging Face files) or, failing that, a config.json made from `base_info`."""
+        `base` (the model's own Hugging Face files) or, failing that, a config.json made from `base_info`.
+        RequestCanceled (the converter killed, nothing kept) once `cancel` is set."""
         with tempfile.TemporaryDirectory(prefix="ollama-convert-") as tmp:
             work = Path(tmp)
-            src = _stage(store, self.files, work / "src")
-            argv = [self.converter.python]
+            staged = stage(store, self.files, work / "src")
+            src = staged.path
+            script: list[str]
             if self.adapter:
                 base_dir = work / "base"
                 if base is not None:
-                    _stage(store, {n: d for n, d in base.files.items() if _is_config(n)}, base_dir)
+                    stage(store, {n: d for n, d in base.files.items() if _is_config(n)}, base_dir)
                 else:
                     _write_base_config(base_dir, base_info)
-                argv += [str(self.converter.script(LORA_SCRIPT)), "--base", str(base_dir), "--outtype", "f16"]
+                script = [str(self.converter.script(LORA_SCRIPT)), "--base", str(base_dir), "--outtype", "f16"]
             else:
-                argv += [str(self.converter.script(HF_SCRIPT)), "--outtype", "auto"]
+                script = [str(self.converter.script(HF_SCRIPT)), "--outtype", "auto"]
                 if (src / "modules.json").is_file() and any((src / d).is_dir() for d in _dense_dirs(src)):
-                    argv.append("--sentence-transformers-dense-modules")
+                    script.append("--sentence-transformers-dense-modules")
             fd, out_name = tempfile.mkstemp(prefix="sha256-tmp-convert-", suffix=".gguf", dir=store.blobs.dir)
             os.close(fd)
             out = Path(out_name)
-            argv += ["--outfile", str(out), str(src)]
+            script += ["--outfile", str(out), str(src)]
+            inputs = sum(store.blobs.size(d) for d in self.files.values())
             try:
                 yield {"status": "converting adapter" if self.adapter else "converting model"}
-                yield from _run(argv, self.converter.scripts_dir, self.architecture)
+                yield from _run(self.converter, script, work, inputs, self.architecture, staged, cancel)
                 if out.stat().st_size == 0:
                     raise OllamaError("converting model failed: the converter wrote nothing")
                 digest, _size = store.blobs.move_in(out)
@@ -161,6 +174,7 @@ def hf_source(store: ModelStore, files: Mapping[str, str], converter: Converter 
     """None when `files` is a GGUF model (or has no weights that need converting); else the checked source."""
     if not files or not _needs_conversion(store, files):
         return None
+    files, _dropped = converter_files(files)  # never a .py: only what the conversion reads
     what = "adapter" if adapter else "model"
     if converter is None:
         raise BadRequest(f"converting a safetensors {what} is not available here: llama.cpp's converter was not "
@@ -228,10 +242,7 @@ def _head(store: ModelStore, digest: str, n: int) -> bytes:
 
 
 def _json_blob(store: ModelStore, digest: str, name: str) -> dict[str, Any]:
-    try:
-        value = json.loads(store.blobs.path(digest).read_bytes())
-    except (OSError, ValueError) as e:
-        raise BadRequest(f"{name} is not valid JSON: {e}") from None
+    value = read_json(store, digest, name)
     if not isinstance(value, dict):
         raise BadRequest(f"{name} is not a JSON object")
     return value
@@ -241,26 +252,13 @@ def _dense_dirs(src: Path) -> list[str]:
     """sentence-transformers' Dense modules (2_Dense, ...) that modules.json lists."""
     try:
         modules = json.loads((src / "modules.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     return [m["path"] for m in modules if isinstance(m, dict) and "Dense" in str(m.get("type", ""))
             and isinstance(m.get("path"), str)]
 
 
 # -- doing -----------------------------------------------------------------------------------------------------
-
-
-def _stage(store: ModelStore, files: Mapping[str, str], into: Path) -> Path:
-    """Symlink each blob into `into` under its file name (names were checked to be relative, no `..`)."""
-    into.mkdir(parents=True, exist_ok=True)
-    for name, digest in files.items():
-        rel = PurePosixPath(name)
-        if rel.is_absolute() or ".." in rel.parts:
-            raise BadRequest("file path must be relative")
-        target = into.joinpath(*rel.parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(store.blobs.path(digest), target)
-    return into
 
 
 # What a LoRA conversion needs of its base: the config.json of the model it was trained on. Made from the base
@@ -301,59 +299,45 @@ def _write_base_config(base_dir: Path, info: GGUFInfo | None) -> None:
     (base_dir / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
 
 
-def _run(argv: list[str], cwd: Path, architecture: str) -> Generator[dict, None, None]:
-    """Run the converter, yielding between its lines (so a closed generator stops it); raise with its own words
+def _run(converter: Converter, script: list[str], work: Path, inputs: int, architecture: str, staged: Staged,
+         cancel: threading.Event | None) -> Generator[dict, None, None]:
+    """Run the converter fenced in (convert_sandbox.py), stopping it with the generator; raise with its own words
     on failure. Its tqdm bar ("Writing: NN%") goes to the debug log: one "converting model" line is what Ollama
     shows, and a bar here would share the quantizer's placeholder digest in the CLI's view."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("NO_LOCAL_GGUF", None)  # the converter's own gguf-py, not an older installed wheel
-    log.info("converting: %s", argv)
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-    # Its own process group (stopped whole below) that dies with us, as a runner does: a converter left behind by
-    # a killed server would go on writing into the blobs directory.
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=pdeathsig_preexec)  # noqa: PLW1509 - a prctl call, async-signal-safe
-    assert proc.stdout is not None
-    try:
-        buf = b""
-        while chunk := os.read(proc.stdout.fileno(), 1 << 16):
-            buf += chunk
-            *lines, buf = re.split(rb"[\r\n]", buf)
-            for raw in lines:
-                line = raw.decode(errors="replace").strip()
-                if not line:
-                    continue
-                if _TQDM_PERCENT.search(line) is None:
-                    tail.append(line)
-                log.debug("converter: %s", line)
-            yield from ()
-        if buf.strip():
-            tail.append(buf.decode(errors="replace").strip())
-        rc = proc.wait()
-        if rc != 0:
-            raise _failure(rc, list(tail), architecture)
-    finally:
-        if proc.poll() is None:  # the client went away or we failed: stop the whole group
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        proc.stdout.close()
+    lines = run_isolated(script, python=converter.python, scripts_dir=converter.scripts_dir, workspace=work,
+                         limits=host_limits(inputs, converter.timeout), timeout=converter.timeout, cancel=cancel)
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration as done:
+            rc = done.value
+            break
+        if _TQDM_PERCENT.search(line) is None:
+            tail.append(line)
+        log.debug("converter: %s", line)
+        yield from ()
+    if rc != 0:
+        raise _failure(rc, list(tail), architecture, staged.remote_code)
 
 
-def _failure(rc: int, tail: list[str], architecture: str) -> OllamaError:
+def _failure(rc: int, tail: list[str], architecture: str, remote_code: tuple[str, ...] = ()) -> OllamaError:
     text = "\n".join(tail)
     if (m := _UNSUPPORTED.search(text)) is not None:
-        return BadRequest(f'unsupported architecture "{m.group(1) or architecture}"')
+        return BadRequest(f'unsupported architecture "{m.group(1) or architecture[:200]}"')
+    if remote_code or REFUSED in text or "trust_remote_code" in text:
+        where = f" (auto_map in {', '.join(remote_code)})" if remote_code else ""
+        return BadRequest(f"this model needs its own Python code{where}, which is never run here: convert it to GGUF "
+                          f"where you trust that code, then create from the GGUF ({_last_error(tail)[-300:]})")
     if "ModuleNotFoundError" in text or "ImportError" in text:
         missing = [line for line in tail if "ModuleNotFoundError" in line or "ImportError" in line]
         return BadRequest(f"the converter could not start ({missing[-1]}): {INSTALL_HINT}")
+    return OllamaError(f"converting model failed (exit status {rc}): {_last_error(tail)[-1500:]}")
+
+
+def _last_error(tail: list[str]) -> str:
     errors = [line for line in tail if line.startswith(("ERROR", "Error")) or "Error:" in line]
-    detail = "; ".join((errors or tail)[-3:])
-    return OllamaError(f"converting model failed (exit status {rc}): {detail[-1500:]}")
+    return "; ".join((errors or tail)[-3:])
 
 
 __all__ = ["Converter", "HFSource", "check_adapter_base", "find_converter", "hf_source", "known_architectures",

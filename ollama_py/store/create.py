@@ -1,6 +1,7 @@
 """/api/create in the store: turn a create request into blobs and, last of all, a manifest.
 
-    create_model(store, name, req, *, quantizer=None, local_client=True, prune=True) -> Iterator[dict]
+    create_model(store, name, req, *, quantizer=None, import_dirs=(), prune=True, converter=None, cancel=None)
+        -> Iterator[dict]
 
 The request is checked completely before anything is written: a bad request raises BadRequest (or
 ModelNotFound for a missing `from` model) from the call itself, so the server can still answer with a
@@ -18,6 +19,12 @@ Blobs are written first (each atomically, see blobs.py) and the manifest is put 
 that every blob it names exists, so a kill -9 at any point leaves either the old manifest or the new one,
 never one that points at missing blobs; what an interrupted create wrote is unreferenced and pruned.
 Layers are ordered model, adapter, projector, template, system, params, messages, license.
+
+`from` names a stored model, or a GGUF file (or directory of them) on the server only inside the directories the
+operator allows (`import_dirs`, OLLAMA_PY_IMPORT_DIRS; none by default), the path resolved with every symlink
+followed: as in Ollama, clients upload their files as blobs (`ollama-py create` does) and name them in `files`.
+Setting `cancel` (the client hung up) stops a conversion or quantization in progress: its child is killed, its
+temp files removed, and the iterator raises RequestCanceled.
 """
 
 from __future__ import annotations
@@ -25,9 +32,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,18 +119,19 @@ class _Plan:
 
 
 def create_model(store: ModelStore, name: ModelName, req: dict, *, quantizer: Quantizer | None = None,
-                 local_client: bool = True, prune: bool = True, converter: Converter | None = None) -> Iterator[dict]:
+                 import_dirs: Sequence[Path] = (), prune: bool = True, converter: Converter | None = None,
+                 cancel: threading.Event | None = None) -> Iterator[dict]:
     """Check `req` (raising before anything is written), then return the iterator that creates the model."""
-    plan = _plan(store, name, req, local_client, converter)
+    plan = _plan(store, name, req, import_dirs, converter)
     if (plan.quantize is not None or plan.draft_quantize is not None) and quantizer is None:
         raise BadRequest("quantization is not available: llama-quantize was not found")
-    return _execute(store, plan, quantizer, prune)
+    return _execute(store, plan, quantizer, prune, cancel)
 
 
 # -- checking the request -------------------------------------------------------------------------------
 
 
-def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
+def _plan(store: ModelStore, name: ModelName, req: dict, import_dirs: Sequence[Path],
           converter: Converter | None = None) -> _Plan:
     if not isinstance(req, dict):
         raise BadRequest("invalid create request")
@@ -151,16 +160,22 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
                 if layer.media_type == MEDIA_PARAMS:
                     loaded = _load_json(store, layer.digest)
                     base_params = loaded if isinstance(loaded, dict) else {}
-        elif local_client and (path := Path(source).expanduser()).is_absolute() and path.is_file():
-            info = _file_info(path)
-            weights.append(_Weights(_media_type(info), info, path=path))
-            if info.split is not None:  # one shard named: the others beside it (model-0000N-of-0000M.gguf)
-                for sibling in sibling_shards(path):
-                    weights.append(_Weights(MEDIA_MODEL, _file_info(sibling), path=sibling))
-        elif local_client and path.is_absolute() and path.is_dir():
-            for found in _ggufs_in(path):
-                info = _file_info(found)
-                weights.append(_Weights(_media_type(info), info, path=found))
+        elif (path := Path(source).expanduser()).is_absolute():
+            path = allowed_path(path, import_dirs, source)
+            if path.is_file():
+                info = _file_info(path)
+                weights.append(_Weights(_media_type(info), info, path=path))
+                if info.split is not None:  # one shard named: the others beside it (model-0000N-of-0000M.gguf)
+                    for sibling in sibling_shards(path):
+                        sibling = allowed_path(sibling, import_dirs, str(sibling))
+                        weights.append(_Weights(MEDIA_MODEL, _file_info(sibling), path=sibling))
+            elif path.is_dir():
+                for found in _ggufs_in(path):
+                    found = allowed_path(found, import_dirs, str(found))
+                    info = _file_info(found)
+                    weights.append(_Weights(_media_type(info), info, path=found))
+            else:
+                raise BadRequest(f"from: no such file or directory on the server: {_shown(source)}")
         else:
             parsed = parse_name(source)  # InvalidModelName for anything that is neither name nor file
             raise ModelNotFound(parsed.short)
@@ -239,6 +254,24 @@ def _plan(store: ModelStore, name: ModelName, req: dict, local_client: bool,
         params=_parameters(req.get("parameters")), messages=_messages(req.get("messages")),
         licenses=_licenses(req.get("license")), extra_config=extra_config, draft_quantize=draft_quantize,
     )
+
+
+def allowed_path(path: Path, import_dirs: Sequence[Path], given: str) -> Path:
+    """`path` with every symlink resolved, when that lies inside one of the operator's import directories (each
+    resolved too); BadRequest naming the setting otherwise, the same whether or not the path exists."""
+    real = Path(os.path.realpath(path))
+    for directory in import_dirs:
+        if real.is_relative_to(os.path.realpath(directory)):
+            return real
+    where = "none are allowed here" if not import_dirs else "this one is outside the directories allowed"
+    raise BadRequest(f"from: {_shown(given)} is a path on the server, and {where} (OLLAMA_PY_IMPORT_DIRS): upload "
+                     "the file as a blob (POST /api/blobs/:digest) and name it in files; ollama-py create does this "
+                     "for a FROM path")
+
+
+def _shown(text: str) -> str:
+    """Client text quoted in an error, cut short: an error never echoes a large request back."""
+    return repr(text if len(text) <= 200 else text[:200] + "...")
 
 
 def _base_model(store: ModelStore, source: str) -> tuple[ModelName, Manifest] | None:
@@ -433,16 +466,23 @@ def _load_json(store: ModelStore, digest: str) -> Any:
 # -- doing it -----------------------------------------------------------------------------------------
 
 
-def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune: bool) -> Iterator[dict]:
+def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune: bool,
+             cancel: threading.Event | None = None) -> Iterator[dict]:
     new_blobs: set[str] = set()  # written by this create: the status says "creating new layer"
     layers: list[Layer] = []
 
+    def check_cancel() -> None:
+        if cancel is not None and cancel.is_set():
+            raise RequestCanceled()
+
     for w in plan.weights:
+        check_cancel()
         if w.convert is not None:  # the model comes before its adapter: an adapter converts against it
             model = next(m for m in plan.weights if m.media_type == MEDIA_MODEL)
             base = model.convert if model is not w else None
             blobs_before = store.blobs.digests()
-            w.digest = yield from w.convert.convert(store, base=base, base_info=None if base else model.info)
+            w.digest = yield from w.convert.convert(store, base=base, base_info=None if base else model.info,
+                                                    cancel=cancel)
             if canonical_digest(w.digest) not in blobs_before:
                 new_blobs.add(canonical_digest(w.digest))
             w.info = store.blob_info(w.digest)
@@ -458,6 +498,7 @@ def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune:
             yield {"status": "parsing GGUF"}
 
     for w in plan.weights:
+        check_cancel()
         assert w.digest is not None
         want = {MEDIA_MODEL: plan.quantize, MEDIA_DRAFT: plan.draft_quantize}.get(w.media_type)
         if want is not None:
@@ -467,7 +508,7 @@ def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune:
                 src = store.blobs.path(w.digest)
                 what = "draft model" if w.media_type == MEDIA_DRAFT else "model"
                 out = yield from _run_quantizer(quantizer, src, store.blobs.dir, want,
-                                                f"quantizing {have} {what} to {want}", src.stat().st_size)
+                                                f"quantizing {have} {what} to {want}", src.stat().st_size, cancel)
                 yield {"status": "verifying conversion"}
                 existed_before = _exists_file_blob(store, out)
                 w.digest, _size = store.blobs.move_in(out)
@@ -477,6 +518,7 @@ def _execute(store: ModelStore, plan: _Plan, quantizer: Quantizer | None, prune:
                 w.from_ = None
         layers.append(Layer(w.media_type, w.digest, store.blobs.size(w.digest), w.from_))
 
+    check_cancel()  # the last point where the client's going away leaves the store as it was
     kept = list(plan.kept)
 
     def small(media_type: str, data: bytes) -> None:
@@ -571,9 +613,10 @@ def _go_json(obj: Any, *, sort_keys: bool = False) -> bytes:
     return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys) + "\n").encode()
 
 
-def _run_quantizer(quantizer: Quantizer, src: Path, dst_dir: Path, qtype: str, status: str,
-                   total: int) -> Generator[dict, None, Path]:
-    """Run the quantizer in a thread, yielding its progress; returns the output path (via `yield from`)."""
+def _run_quantizer(quantizer: Quantizer, src: Path, dst_dir: Path, qtype: str, status: str, total: int,
+                   cancel: threading.Event | None = None) -> Generator[dict, None, Path]:
+    """Run the quantizer in a thread, yielding its progress; returns the output path (via `yield from`). The
+    tool stops at its next line once this generator is closed or `cancel` is set."""
     events: queue.Queue[tuple[int, int] | None] = queue.Queue()
     cancelled = threading.Event()
     result: dict[str, Any] = {}
@@ -594,9 +637,19 @@ def _run_quantizer(quantizer: Quantizer, src: Path, dst_dir: Path, qtype: str, s
     thread = threading.Thread(target=work, name="quantize", daemon=True)
     thread.start()
     try:
-        while (event := events.get()) is not None:
+        while True:
+            try:
+                event = events.get(timeout=0.25)
+            except queue.Empty:
+                if cancel is not None and cancel.is_set():
+                    raise RequestCanceled() from None
+                continue
+            if event is None:
+                break
             done, count = event
             yield {"status": status, "digest": _PROGRESS_DIGEST, "total": total, "completed": total * done // count}
+            if cancel is not None and cancel.is_set():
+                raise RequestCanceled()
     except BaseException:  # the client went away (GeneratorExit): stop the tool, drop its output
         cancelled.set()
         thread.join()

@@ -247,7 +247,7 @@ async def test_disk_full_during_blob_upload(small_disk: Path, fake_app: Any, aio
 async def test_disk_full_during_create(stream: bool, small_disk: Path, fake_app: Any, aiohttp_client: Any,
                                        tmp_path: Path) -> None:
     big = write_tiny_gguf(tmp_path / "big.gguf", blocks=1, embd=1024)  # ~36 MiB: more than the disk holds
-    _, app = fake_app()
+    _, app = fake_app(import_dirs=(tmp_path,))  # a server path, which the operator allows here
     client = await aiohttp_client(app)
     before = store_state(small_disk)
     resp = await client.post("/api/create", json={"model": "big", "from": str(big), "stream": stream})

@@ -119,3 +119,84 @@ def test_an_adapter_on_a_gguf_base_of_another_family_is_refused_up_front(store: 
                                          r"'phi2' has no config.json of its own\)"):
         create_model(store, parse_name("tuned"), {"files": {"phi.gguf": base}, "adapters": lora_files(store)},
                      converter=converter)
+
+
+# -- no model code runs (issue 34 item 1) ----------------------------------------------------------------------
+
+# What llama.cpp's converter does for QWenLMHeadModel (_set_vocab_qwen): the model's own tokenizer, code and all.
+QWEN_LIKE_CONVERTER = """import sys
+from transformers import AutoTokenizer
+AutoTokenizer.from_pretrained(sys.argv[-1], trust_remote_code=True)
+out = sys.argv[sys.argv.index("--outfile") + 1]
+open(out, "wb").write(b"GGUF")
+"""
+
+
+def qwen_with_its_own_tokenizer_code(marker: Path) -> dict[str, bytes]:
+    """A QWen-style upload whose tokenizer_config.json names an uploaded tokenization_x.py (auto_map) that leaves
+    `marker` behind when it runs."""
+    return {
+        "config.json": json.dumps({"architectures": ["QWenLMHeadModel"], "model_type": "qwen"}).encode(),
+        "tokenizer_config.json": json.dumps({"tokenizer_class": "QWenTokenizer", "auto_map": {
+            "AutoTokenizer": ["tokenization_x.QWenTokenizer", None]}}).encode(),
+        "tokenization_x.py": f"open({str(marker)!r}, 'w').write('ran')\nclass QWenTokenizer: pass\n".encode(),
+        "model.safetensors": SAFETENSORS,
+    }
+
+
+async def upload_all(client, named: dict[str, bytes]) -> dict[str, str]:
+    import hashlib
+
+    out = {}
+    for name, data in named.items():
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        assert (await client.post(f"/api/blobs/{digest}", data=data)).status in (200, 201)
+        out[name] = digest
+    return out
+
+
+async def test_uploaded_tokenizer_code_never_runs(fake_app, aiohttp_client, tmp_path: Path) -> None:
+    """Through the public API only: POST /api/blobs, POST /api/create. The .py is never staged, auto_map is
+    removed, transformers' remote code is off in the converter: the code never runs and the client gets a 400."""
+    scripts = tmp_path / "runners" / "convert"
+    scripts.mkdir(parents=True)
+    (scripts / "convert_hf_to_gguf.py").write_text(QWEN_LIKE_CONVERTER)
+    marker = tmp_path / "PWNED"
+    _, app = fake_app(runners_dir=tmp_path / "runners")
+    client = await aiohttp_client(app)
+    files = await upload_all(client, qwen_with_its_own_tokenizer_code(marker))
+    r = await client.post("/api/create", json={"model": "qwen-evil", "files": files, "stream": False})
+    assert not marker.exists()
+    assert r.status == 400
+    error = (await r.json())["error"]
+    assert error.startswith("this model needs its own Python code (auto_map in tokenizer_config.json), which is "
+                            "never run here: convert it to GGUF where you trust that code, then create from the GGUF")
+    assert (await client.post("/api/show", json={"model": "qwen-evil"})).status == 404
+
+
+@pytest.mark.parametrize(("name", "kept"), [
+    ("config.json", True), ("tokenizer.json", True), ("tokenizer_config.json", True), ("special_tokens_map.json", True),
+    ("generation_config.json", True), ("added_tokens.json", True), ("tokenizer.model", True),
+    ("model.safetensors", True), ("model-00001-of-00002.safetensors", True), ("pytorch_model.bin", True),
+    ("consolidated.00.pth", True), ("chat_template.jinja", True), ("1_Pooling/config.json", True),
+    ("2_Dense/model.safetensors", True), ("original/tokenizer.model", True), ("merges.txt", True),
+    ("tokenization_qwen.py", False), ("modeling_x.py", False), ("__init__.py", False), ("x.pyc", False),
+    ("libevil.so", False), ("training_args.bin", False), ("optimizer.pt", False), ("sub/modeling_x.py", False),
+    ("a/b/config.json", False), ("README.md", False),
+])
+def test_only_what_the_converter_reads_is_staged(name: str, kept: bool) -> None:
+    from ollama_py.store.convert_files import converter_files
+
+    assert converter_files({name: "sha256:" + "a" * 64})[0] == ({name: "sha256:" + "a" * 64} if kept else {})
+
+
+def test_staged_json_loses_auto_map_at_any_depth(store: ModelStore, tmp_path: Path) -> None:
+    from ollama_py.store.convert_files import stage
+
+    config = {"architectures": ["X"], "auto_map": {"AutoConfig": "configuration_x.XConfig"},
+              "text_config": {"auto_map": {"AutoModel": "modeling_x.X"}, "hidden_size": 8}}
+    staged = stage(store, files(store, config__json=config, tokenizer__json={"model": {}}), tmp_path / "src")
+    assert json.loads((tmp_path / "src" / "config.json").read_text()) == {
+        "architectures": ["X"], "text_config": {"hidden_size": 8}}
+    assert staged.remote_code == ("config.json",)
+    assert not (tmp_path / "src" / "config.json").is_symlink()  # a copy: the blob itself is untouched

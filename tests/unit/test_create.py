@@ -145,12 +145,61 @@ def test_adapter_layer(store: ModelStore, f16: Path, tmp_path: Path) -> None:
     assert kinds == ["model", "adapter"]
 
 
-def test_server_side_path_only_for_local_clients(store: ModelStore, f16: Path) -> None:
-    progress = run(store, "local", {"from": str(f16)})
+def test_server_side_path_inside_an_import_dir(store: ModelStore, f16: Path, tmp_path: Path) -> None:
+    progress = run(store, "local", {"from": str(f16)}, import_dirs=[tmp_path])
     assert [p["status"] for p in progress][:2] == ["copying file", "parsing GGUF"]
     assert store.load(parse_name("local")).model_path.read_bytes() == f16.read_bytes()
-    with pytest.raises(InvalidModelName):
-        create_model(store, parse_name("remote"), {"from": str(f16)}, local_client=False)
+
+
+NO_PATHS = ("is a path on the server, and none are allowed here (OLLAMA_PY_IMPORT_DIRS): upload the file as a blob "
+            "(POST /api/blobs/:digest) and name it in files; ollama-py create does this for a FROM path")
+OUTSIDE = NO_PATHS.replace("none are allowed here", "this one is outside the directories allowed")
+
+
+def test_server_side_path_without_import_dirs_is_refused(store: ModelStore, f16: Path) -> None:
+    """Issue 34 item 7: as Ollama's server, no server path by default, whoever asks (loopback included)."""
+    before = snapshot(store.root)
+    with pytest.raises(BadRequest) as e:
+        create_model(store, parse_name("remote"), {"from": str(f16)})
+    assert str(e.value) == f"from: {str(f16)!r} {NO_PATHS}"
+    with pytest.raises(BadRequest, match="none are allowed here"):  # the same words whether it exists or not
+        create_model(store, parse_name("remote"), {"from": "/etc/no-such-file.gguf"})
+    assert snapshot(store.root) == before
+
+
+def test_server_side_path_outside_the_import_dirs_is_refused(store: ModelStore, f16: Path, tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    with pytest.raises(BadRequest) as e:
+        create_model(store, parse_name("x"), {"from": str(f16)}, import_dirs=[allowed])
+    assert str(e.value) == f"from: {str(f16)!r} {OUTSIDE}"
+    with pytest.raises(BadRequest, match="outside the directories allowed"):  # `..` does not climb out either
+        create_model(store, parse_name("x"), {"from": f"{allowed}/../{f16.name}"}, import_dirs=[allowed])
+
+
+@pytest.mark.parametrize("link", ["file", "directory", "file-in-directory"])
+def test_symlinks_out_of_an_import_dir_are_refused(store: ModelStore, f16: Path, tmp_path: Path, link: str) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    if link == "file":
+        (allowed / "m.gguf").symlink_to(f16)
+        source = allowed / "m.gguf"
+    elif link == "directory":
+        (allowed / "models").symlink_to(tmp_path)  # tmp_path holds tiny-f16.gguf
+        source = allowed / "models"
+    else:  # a model directory inside whose GGUF is a link to a file outside
+        (allowed / "d").mkdir()
+        (allowed / "d" / "model.gguf").symlink_to(f16)
+        source = allowed / "d"
+    with pytest.raises(BadRequest, match="outside the directories allowed"):
+        create_model(store, parse_name("x"), {"from": str(source)}, import_dirs=[allowed])
+    assert store.manifests.resolve(parse_name("x")) is None
+
+
+def test_a_long_server_path_is_not_echoed_whole(store: ModelStore) -> None:
+    with pytest.raises(BadRequest) as e:
+        create_model(store, parse_name("x"), {"from": "/" + "a" * 100_000})
+    assert len(str(e.value)) < 500
 
 
 ERRORS = {

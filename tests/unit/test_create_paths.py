@@ -25,7 +25,8 @@ def test_server_side_from_directory_finds_a_gguf_named_model_bin(tmp_path: Path)
     shutil.move(write_llama_gguf(tmp_path / "m.gguf"), weights / "model.bin")
     (weights / "notes.bin").write_bytes(b"not weights")
     store = ModelStore(tmp_path / "models")
-    events = list(create_model(store, parse_name("frombin"), {"from": str(weights)}, local_client=True))
+    events = list(create_model(store, parse_name("frombin"), {"from": str(weights)},
+                               import_dirs=[tmp_path]))
     assert events[-1] == {"status": "success"}
     assert store.load(parse_name("frombin")).info.architecture == "llama"
 
@@ -36,7 +37,7 @@ def test_server_side_from_a_directory_without_a_model(tmp_path: Path) -> None:
     (empty / "README.md").write_text("nothing here")
     store = ModelStore(tmp_path / "models")
     with pytest.raises(BadRequest, match=r"^no model found in empty: the directory holds no GGUF file"):
-        list(create_model(store, parse_name("x"), {"from": str(empty)}, local_client=True))
+        list(create_model(store, parse_name("x"), {"from": str(empty)}, import_dirs=[tmp_path]))
 
 
 def test_cli_from_directory_finds_model_bin(tmp_path: Path) -> None:

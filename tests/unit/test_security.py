@@ -212,29 +212,37 @@ def _as_remote(address: str):
     return middleware
 
 
-@pytest.mark.parametrize("remote,local", [
-    pytest.param("203.0.113.7", False, id="internet-client"),
-    pytest.param("192.168.1.50", False, id="lan-client"),
-    pytest.param("127.0.0.1", True, id="loopback-client"),
-    pytest.param("::1", True, id="loopback-ipv6-client"),
+@pytest.mark.parametrize("remote", [
+    pytest.param("203.0.113.7", id="internet-client"),
+    pytest.param("192.168.1.50", id="lan-client"),
+    pytest.param("127.0.0.1", id="loopback-client"),  # also every client of a reverse proxy on this host
+    pytest.param("::1", id="loopback-ipv6-client"),
 ])
-async def test_create_from_a_server_path_only_for_local_clients(remote: str, local: bool, fake_app: Any,
-                                                                 aiohttp_client: Any, tiny_gguf: Path) -> None:
+async def test_create_from_a_server_path_is_refused_by_default(remote: str, fake_app: Any, aiohttp_client: Any,
+                                                               tiny_gguf: Path) -> None:
+    """Issue 34 item 7: as Ollama's server, /api/create takes blobs; a server path only inside the directories
+    OLLAMA_PY_IMPORT_DIRS names (none by default), whoever asks."""
     _, app = fake_app()
     app.middlewares.insert(0, _as_remote(remote))
     client = await aiohttp_client(app)
     models = client.app[SETTINGS].models
     blobs_before = sorted(p.name for p in (models / "blobs").iterdir())
     resp = await client.post("/api/create", json={"model": "fromdisk", "from": str(tiny_gguf), "stream": False})
+    assert resp.status == 400
+    assert (await resp.json())["error"].startswith(
+        f"from: {str(tiny_gguf)!r} is a path on the server, and none are allowed here (OLLAMA_PY_IMPORT_DIRS)")
     tags = [m["name"] for m in (await (await client.get("/api/tags")).json())["models"]]
-    if local:
-        assert resp.status == 200, await resp.text()
-        assert "fromdisk:latest" in tags
-    else:
-        assert resp.status == 400
-        assert (await resp.json())["error"] == "invalid model name"  # what Ollama says: `from` names a model
-        assert "fromdisk:latest" not in tags
-        assert sorted(p.name for p in (models / "blobs").iterdir()) == blobs_before
+    assert "fromdisk:latest" not in tags
+    assert sorted(p.name for p in (models / "blobs").iterdir()) == blobs_before
+
+
+async def test_create_from_a_path_in_an_import_dir(fake_app: Any, aiohttp_client: Any, tiny_gguf: Path) -> None:
+    _, app = fake_app(import_dirs=(tiny_gguf.parent,))
+    client = await aiohttp_client(app)
+    resp = await client.post("/api/create", json={"model": "fromdisk", "from": str(tiny_gguf), "stream": False})
+    assert resp.status == 200, await resp.text()
+    tags = [m["name"] for m in (await (await client.get("/api/tags")).json())["models"]]
+    assert "fromdisk:latest" in tags
 
 
 # -- runners listen on loopback only --------------------------------------------------------------------------

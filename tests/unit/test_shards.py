@@ -79,7 +79,7 @@ def test_create_keeps_every_shard_in_order(store: ModelStore, shards: list[Path]
 
 
 def test_a_server_side_path_to_one_shard_takes_them_all(store: ModelStore, shards: list[Path]) -> None:
-    create(store, "split", {"from": str(shards[1])})
+    list(create_model(store, parse_name("split"), {"from": str(shards[1])}, import_dirs=[shards[0].parent]))
     assert len(store.load(parse_name("split")).shards) == 3
 
 
