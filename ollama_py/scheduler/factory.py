@@ -174,7 +174,8 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size, cache_ram=cache_ram,
-                    size_vram=size_vram, context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
+                    size_vram=size_vram, vram_reserve=placement.reserve if size_vram else 0,
+                    context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
                     gpus=None if runner.devices is None else tuple(g.uuid for g in gpus))
 
 
@@ -421,6 +422,10 @@ def record_actual_memory(event: str, loaded: Loaded) -> None:
     vram = sum(v for dev, v in devices.items() if dev != "CPU" and not dev.startswith("RPC"))
     # the prompt cache is not among llama-server's buffers: it fills later, up to its cap, which /api/ps counts
     loaded.actual_size, loaded.actual_vram, loaded.devices = total + loaded.plan.cache_ram, vram, devices
+    if vram and all_layers_on_gpus(buffers, loaded.plan, devices):
+        # Ollama's rule: every layer offloaded is "100% GPU", size_vram == size. llama.cpp still keeps the token
+        # embeddings (CPU_Mapped) and staging buffers (CUDA_Host) in host memory; `devices` keeps that real split.
+        loaded.actual_vram = loaded.actual_size
     estimated = loaded.plan.size - loaded.plan.cache_ram
     error = (estimated - total) / total * 100 if total else 0.0
     log.info("memory of %s: estimated %.1f MiB, llama-server allocated %.1f MiB (%+.1f%%), %.1f MiB on GPUs%s",
@@ -434,7 +439,7 @@ def all_layers_on_gpus(buffers: dict[str, dict[str, int]], plan: LoadPlan, devic
     on GPUs (not one whose --n-cpu-moe experts stay in host memory, nor one spread over RPC workers)."""
     layers = buffers.get("layers", {})
     return (bool(layers.get("total")) and layers.get("offloaded") == layers.get("total")
-            and plan.size_vram >= plan.size and not any(d.startswith("RPC") for d in devices))
+            and plan.size_vram >= plan.size - plan.cache_ram and not any(d.startswith("RPC") for d in devices))
 
 
 def gpu_bytes(loaded: Loaded) -> int:
