@@ -114,6 +114,25 @@ def test_embed_refuses_overlong_input_without_truncate(live_server):
     assert r.json() == {"error": "the input length exceeds the context length"}
 
 
+def test_embed_of_many_inputs_short_and_past_the_context_matches_one_by_one(live_server):
+    """Issue 34: short inputs go to llama-server as text in the one batch, longer ones as their first num_ctx
+    tokens (tokenized over a few kept-alive connections): the same vectors as one input at a time."""
+    opts = {"num_ctx": 64}
+    inputs = [f"Fact number {i}: the sky is blue." for i in range(40)] + [
+        " ".join(f"word{i}x{j}" for j in range(60)) for i in range(40)]
+
+    def embed(value: object) -> list[list[float]]:
+        r = live_server.api("POST", "/api/embed", json={"model": live_server.model, "input": value, "options": opts})
+        assert r.status_code == 200, r.text
+        return r.json()["embeddings"]
+
+    batch = embed(inputs)
+    assert len(batch) == len(inputs)
+    for i in (0, 39, 40, 79):
+        (one,) = embed(inputs[i])
+        assert max(abs(a - b) for a, b in zip(batch[i], one, strict=True)) < 2e-3, i
+
+
 def test_legacy_embeddings(live_server):
     r = live_server.api("POST", "/api/embeddings", json={"model": live_server.model, "prompt": "hello"})
     assert r.status_code == 200 and len(r.json()["embedding"]) == 576
