@@ -104,8 +104,10 @@ class Loaded:
         return {RunnerState.STARTING: "loading", RunnerState.READY: "ready"}.get(self.runner.state, "stopping")
 
     def resident(self) -> policy.Resident:
-        return policy.Resident(self.key, self.name, self.refcount > 0, self.session_duration, self.plan.size,
-                               self.plan.size_vram)
+        # its own GPU context (plan.vram_reserve) is device memory it holds too, and frees when it goes
+        reserve = self.plan.vram_reserve
+        return policy.Resident(self.key, self.name, self.refcount > 0, self.session_duration, self.plan.size + reserve,
+                               self.plan.size_vram + reserve)
 
 
 class Scheduler:

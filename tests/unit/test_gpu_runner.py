@@ -148,3 +148,47 @@ def test_a_plan_on_a_gpu_holds_its_runners_context(tmp_path: Path, library: str,
 
     assert on_gpu.size_vram and on_gpu.vram_reserve == GPU_MINIMUM[library]
     assert on_cpu.size_vram == on_cpu.vram_reserve == 0  # nothing on the GPU: no context there either
+
+
+async def test_a_model_that_fits_once_a_loaded_runner_and_its_context_are_gone_evicts_it(tmp_path: Path) -> None:
+    """A 3000 MiB GPU, 500 MiB of context per runner: with `a` (1200 MiB of buffers) loaded, `b` (2200 MiB) does
+    not fit beside it, but does alone (2700 MiB with its context): `a` is evicted, not `b` refused, because what
+    `a` gives back includes its context."""
+    from ollama_py.runner.argv import build_argv
+    from ollama_py.runner.process import RunnerProcess
+    from ollama_py.scheduler.scheduler import Scheduler
+
+    mib, total, reserve = 1 << 20, 3000 << 20, 500 << 20
+    sizes = {"a": 1200 << 20, "b": 2200 << 20}
+    alive: dict[str, int] = {}  # runner name -> device memory it holds, from start until its process has exited
+
+    def plan(m: SimpleNamespace, options: dict, embedding: bool) -> LoadPlan:
+        return LoadPlan(key=m.name, spec=LaunchSpec(model=m.model_path, num_ctx=512), load_options={},
+                        size=sizes[m.name], size_vram=sizes[m.name], vram_reserve=reserve)
+
+    def free_memory(p: LoadPlan) -> int:  # as factory.default_scheduler's seam counts it on a real device
+        return max(total - sum(alive.values()) - p.vram_reserve, 0)
+
+    def factory(p: LoadPlan, name: str, on_exit) -> RunnerProcess:
+        def exited(r: RunnerProcess) -> None:
+            alive.pop(name, None)
+            on_exit(r)
+
+        alive[name] = p.size_vram + p.vram_reserve
+        return RunnerProcess(lambda port: [sys.executable, str(FAKE_SERVER), *build_argv(p.spec, "x", port)[1:]],
+                             name=name, on_exit=exited)
+
+    models = {}
+    for name in sizes:
+        (tmp_path / f"{name}.gguf").write_bytes(b"GGUF")
+        models[name] = SimpleNamespace(name=name, model_path=tmp_path / f"{name}.gguf")
+    sched = Scheduler(make_settings(tmp_path), plan=plan, runner_factory=factory, free_memory=free_memory)
+    events: list[str] = []
+    sched.listeners.append(lambda event, loaded: events.append(f"{event} {loaded.name}"))
+    try:
+        await sched.load(models["a"], {}, 600.0)
+        await sched.load(models["b"], {}, 600.0)
+        assert events == ["loaded a", "evicted a", "loaded b"]
+        assert sum(alive.values()) == (2200 + 500) * mib
+    finally:
+        await sched.shutdown()
