@@ -329,6 +329,9 @@ def _failure(rc: int, tail: list[str], architecture: str, remote_code: tuple[str
         where = f" (auto_map in {', '.join(remote_code)})" if remote_code else ""
         return BadRequest(f"this model needs its own Python code{where}, which is never run here: convert it to GGUF "
                           f"where you trust that code, then create from the GGUF ({_last_error(tail)[-300:]})")
+    if "Weights only load failed" in text or "UnpicklingError" in text:
+        return BadRequest("a PyTorch weights file holds more than tensors (pickled objects that would run code when "
+                          "loaded), so it is never loaded: save the weights as safetensors")
     if "ModuleNotFoundError" in text or "ImportError" in text:
         missing = [line for line in tail if "ModuleNotFoundError" in line or "ImportError" in line]
         return BadRequest(f"the converter could not start ({missing[-1]}): {INSTALL_HINT}")

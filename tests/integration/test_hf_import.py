@@ -5,6 +5,7 @@ sentencepiece tokenizer trained on a few sentences (tests/fakes/hf_models.py), o
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,47 @@ def test_sentence_transformers_dense_layers_are_gathered_and_converted(live_serv
         assert (info["gemma-embedding.dense_3_feat_in"], info["gemma-embedding.dense_3_feat_out"]) == (128, 64)
     finally:
         ollama(live_server, "rm", "hf-embed")
+
+
+# -- no model code runs (issue 34 item 1) ----------------------------------------------------------------------
+
+def test_tokenizer_code_named_by_auto_map_never_runs(live_server: LiveServer, tmp_path: Path) -> None:
+    """QWenLMHeadModel: llama.cpp's converter asks transformers for the tokenizer with trust_remote_code=True
+    (_set_vocab_qwen). A tokenizer_config.json whose auto_map names an uploaded tokenization_x.py made that code run
+    as the serve user; now the .py never reaches the converter, auto_map is removed, remote code is off: a 400."""
+    marker = tmp_path / "PWNED"
+    d = tmp_path / "qwen-evil"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["QWenLMHeadModel"], "model_type": "qwen", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 512, "seq_length": 256,
+        "max_position_embeddings": 256, "layer_norm_epsilon": 1e-6, "rotary_emb_base": 10000, "kv_channels": 16,
+        "rotary_pct": 1.0}))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "QWenTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_x.QWenTokenizer", None]}}))
+    (d / "tokenization_x.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nclass QWenTokenizer: pass\n")
+    (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    r = create_from_files(live_server, "qwen-evil", d)
+    assert not marker.exists()
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("this model needs its own Python code (auto_map in tokenizer_config.json)")
+
+
+def test_a_pickled_pytorch_checkpoint_never_runs(live_server: LiveServer, hf_llama: Path, tmp_path: Path) -> None:
+    """A pytorch_model.bin whose pickle calls os.system when loaded: the converter's torch.load(weights_only=True)
+    refuses it, and the client hears why."""
+    import torch
+
+    marker = tmp_path / "PWNED"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    d = copy_dir(hf_llama, tmp_path / "pickled", drop=("model.safetensors",))
+    torch.save({"model.embed_tokens.weight": Payload()}, d / "pytorch_model.bin")
+    r = create_from_files(live_server, "hf-pickled", d)
+    assert not marker.exists()
+    assert (r.status_code, r.json()["error"]) == (400, "a PyTorch weights file holds more than tensors (pickled "
+                                                       "objects that would run code when loaded), so it is never "
+                                                       "loaded: save the weights as safetensors")
