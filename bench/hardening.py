@@ -244,12 +244,21 @@ def huge_keep_alive(b: Bench) -> None:
 def gguf_bombs(b: Bench) -> None:
     arch = ("general.architecture", T_STRING, gguf_string("llama"))
     bombs = {"a GGUF claiming 2e7 blocks": raw_gguf([arch, ("llama.block_count", T_UINT32, u32(20_000_000))]),
-             "a 5,000-deep nested array": raw_gguf([arch, ("a", T_ARRAY, nested_array(5000))])}
+             "a 5,000-deep nested array": raw_gguf([arch, ("a", T_ARRAY, nested_array(5000))]),
+             "a GGUF claiming 2e7 shards": raw_gguf([arch, ("split.no", T_UINT32, u32(0)),
+                                                    ("split.count", T_UINT32, u32(20_000_000))])}
     for what, data in bombs.items():
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         b.call("POST", f"/api/blobs/{digest}", data=data)
         b.step("GGUF header bomb", f"/api/create from {what} ({len(data):,} bytes)", functools.partial(
             b.call, "POST", "/api/create", json={"model": "bomb", "files": {"m.gguf": digest}, "stream": False}))
+
+
+def server_paths(b: Bench) -> None:
+    """Issue 34 item 7: /api/create's `from` naming a file on the server (no OLLAMA_PY_IMPORT_DIRS here)."""
+    for path in ("/etc/passwd", str(ROOT / "README.md")):
+        b.step("a server path as from", f"/api/create from {path}", functools.partial(
+            b.call, "POST", "/api/create", json={"model": "stolen", "from": path, "stream": False}))
 
 
 def deleted_blob(b: Bench, models: Path, scratch: Path) -> None:
@@ -393,7 +402,7 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
     try:
         b.call("POST", "/api/generate", json={"model": "tiny", "prompt": "warm up", "stream": False})
         for case in (idle, template_bombs, many_tools, rpc_servers, slowloris, huge_keep_alive, gguf_bombs,
-                     wrong_digest, fan_out_and_slow_clients):
+                     server_paths, wrong_digest, fan_out_and_slow_clients):
             case(b)
         deleted_blob(b, scratch / "models", scratch)
         hostile_registry(b, proc.pid)

@@ -105,7 +105,7 @@ def disk_full(tmp: Path, gguf: Path, tally: Tally) -> None:
         tally.notes.append("disk full: not run (mounting a tmpfs needs root)")
         return
     big = write_tiny_gguf(tmp / "big.gguf", blocks=1, embd=1024)
-    proc, url = start_fake_serve(tmp, gguf)
+    proc, url = start_fake_serve(tmp, gguf, {"OLLAMA_PY_IMPORT_DIRS": str(tmp)})  # `from` big.gguf on the server
     try:
         blob = os.urandom(24 << 20)
         digest = "sha256:" + hashlib.sha256(blob).hexdigest()
