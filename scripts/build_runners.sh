@@ -486,22 +486,27 @@ check_cuda() {
   [ -n "$arch" ] && [ "$arch" != all ] || arch="$(gpu_archs)"
   [ -n "$arch" ] || arch=90
   flags="$(OLLAMA_PY_CUDA_ARCHITECTURES=$arch variant_flags cuda | tr -s ' ')"
-  key="$(printf '%s\n%s\n%s\n' "$SRC_ID" "$flags" "$CUDA_ROOT" | (sha256sum 2>/dev/null || shasum -a 256) | cut -c1-16)"
+  local obj=ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.o gen="${CMAKE_GENERATOR:-}"
+  if [ -z "$gen" ]; then gen="Unix Makefiles"; if command -v ninja >/dev/null 2>&1; then gen=Ninja; fi; fi
+  key="$(printf '%s\n%s\n%s\n%s\n' "$SRC_ID" "$flags" "$CUDA_ROOT" "$gen" | (sha256sum 2>/dev/null || shasum -a 256) \
+    | cut -c1-16)"
   bdir="$CACHE/build/cuda-check-$key"
-  local obj=ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.o
   if [ ! -f "$bdir/$obj" ]; then
     local extra; extra="$(cuda_support_flags)"
     step "cuda: configure for $(cuda_archs_note "$arch") ($bdir)"
     # shellcheck disable=SC2086
-    cmake -S "$SRC" -B "$bdir" -G Ninja $flags $extra >"$bdir.configure.log" 2>&1 \
+    cmake -S "$SRC" -B "$bdir" -G "$gen" $flags $extra >"$bdir.configure.log" 2>&1 \
       || { tail -30 "$bdir.configure.log" >&2; die "step 'check-cuda' failed: configure (log: $bdir.configure.log)"; }
     step "cuda: compile the CUDA backend object (ggml-cuda.cu) with $CUDA_ROOT/bin/nvcc"
-    ninja -C "$bdir" "$obj" >"$bdir.build.log" 2>&1 \
+    if [ -f "$bdir/build.ninja" ]; then ninja -C "$bdir" "$obj"; else make -C "$bdir/ggml/src/ggml-cuda" ggml-cuda.cu.o; fi \
+      >"$bdir.build.log" 2>&1 \
       || { tail -30 "$bdir.build.log" >&2; die "step 'check-cuda' failed: compile (log: $bdir.build.log)"; }
   fi
   # the architectures nvcc really compiled for, read from its command line
   local built
-  built="$(ninja -C "$bdir" -t commands "$obj" | tail -1 | grep -oE 'sm_[0-9]+[a-z]?' | sort -u | paste -s -d ' ' -)"
+  if [ -f "$bdir/build.ninja" ]; then built="$(ninja -C "$bdir" -t commands "$obj" | tail -1)"
+  else built="$(cat "$bdir/ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/flags.make")"; fi
+  built="$(printf '%s' "$built" | grep -oE 'sm_[0-9]+[a-z]?' | sort -u | paste -s -d ' ' -)"
   step "cuda: compiles for $built only ($bdir/$obj, $(du -k "$bdir/$obj" | cut -f1) KB, nvcc $CUDA_ROOT/bin/nvcc)"
 }
 
