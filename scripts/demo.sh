@@ -24,8 +24,7 @@ if gpus:
 elif variant in ("cuda", "vulkan", "metal"):
     print(f"==> answering on the CPU: the {variant} runner sees no device (the server log says what it looked for)")
 else:
-    print(f"==> answering on the CPU ({variant or 'no'} runner; a GPU's runner is built when its driver is installed:"
-          " make runners)")
+    print(f"==> answering on the CPU ({variant or 'no'} runner: no GPU runner for this host)")
 EOF
 if ! "${CLI[@]}" show smollm2:135m >/dev/null 2>&1; then
   "${CLI[@]}" create smollm2:135m -f "$ROOT/examples/Modelfile.smollm2"
