@@ -160,7 +160,7 @@ class HFSource:
             inputs = sum(store.blobs.size(d) for d in self.files.values())
             try:
                 yield {"status": "converting adapter" if self.adapter else "converting model"}
-                yield from _run(self.converter, script, work, inputs, self.architecture, staged, cancel)
+                _run(self.converter, script, work, inputs, self.architecture, staged, cancel)
                 if out.stat().st_size == 0:
                     raise OllamaError("converting model failed: the converter wrote nothing")
                 digest, _size = store.blobs.move_in(out)
@@ -300,23 +300,26 @@ def _write_base_config(base_dir: Path, info: GGUFInfo | None) -> None:
 
 
 def _run(converter: Converter, script: list[str], work: Path, inputs: int, architecture: str, staged: Staged,
-         cancel: threading.Event | None) -> Generator[dict, None, None]:
-    """Run the converter fenced in (convert_sandbox.py), stopping it with the generator; raise with its own words
-    on failure. Its tqdm bar ("Writing: NN%") goes to the debug log: one "converting model" line is what Ollama
-    shows, and a bar here would share the quantizer's placeholder digest in the CLI's view."""
+         cancel: threading.Event | None) -> None:
+    """Run the converter fenced in (convert_sandbox.py) until it ends, `cancel` is set (RequestCanceled) or its
+    timeout passes; raise with its own words on failure. Its tqdm bar ("Writing: NN%") goes to the debug log: one
+    "converting model" line is what Ollama shows, and a bar here would share the quantizer's placeholder digest in
+    the CLI's view."""
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     lines = run_isolated(script, python=converter.python, scripts_dir=converter.scripts_dir, workspace=work,
                          limits=host_limits(inputs, converter.timeout), timeout=converter.timeout, cancel=cancel)
-    while True:
-        try:
-            line = next(lines)
-        except StopIteration as done:
-            rc = done.value
-            break
-        if _TQDM_PERCENT.search(line) is None:
-            tail.append(line)
-        log.debug("converter: %s", line)
-        yield from ()
+    try:
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration as done:
+                rc = done.value
+                break
+            if _TQDM_PERCENT.search(line) is None:
+                tail.append(line)
+            log.debug("converter: %s", line)
+    finally:
+        lines.close()  # the child is killed if still running
     if rc != 0:
         raise _failure(rc, list(tail), architecture, staged.remote_code)
 

@@ -23,6 +23,7 @@ the timeout on every core, 4096 open files, no core dumps.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import selectors
@@ -53,18 +54,19 @@ _TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 class Limits:
     address_space: int
     file_size: int
-    cpu_seconds: int
+    cpu_seconds: int | None  # None: no timeout, no CPU limit either
     open_files: int = 4096
 
     def argv(self) -> list[str]:
-        return ["--limit", f"as={self.address_space}", "--limit", f"fsize={self.file_size}",
-                "--limit", f"cpu={self.cpu_seconds}", "--limit", f"nofile={self.open_files}"]
+        argv = ["--limit", f"as={self.address_space}", "--limit", f"fsize={self.file_size}",
+                "--limit", f"nofile={self.open_files}"]
+        return argv if self.cpu_seconds is None else [*argv, "--limit", f"cpu={self.cpu_seconds}"]
 
 
 def limits_for(input_bytes: int, timeout: float, *, ram: int, cores: int) -> Limits:
     """The child's limits for `input_bytes` of staged files (see the module doc)."""
     return Limits(address_space=input_bytes + max(ram, 4 * GiB) + 4 * GiB, file_size=4 * input_bytes + GiB,
-                  cpu_seconds=int(timeout * max(cores, 1)) + 60)
+                  cpu_seconds=int(timeout * max(cores, 1)) + 60 if math.isfinite(timeout) else None)
 
 
 def host_limits(input_bytes: int, timeout: float) -> Limits:

@@ -160,7 +160,8 @@ def test_child_env_keeps_only_path_locale_and_the_offline_switches(tmp_path: Pat
 @pytest.mark.parametrize(("inputs", "timeout", "ram", "cores", "want"), [
     pytest.param(10 * GiB, 3600, 16 * GiB, 4, (30 * GiB, 41 * GiB, 14460), id="10GiB-model"),
     pytest.param(0, 60, 1 * GiB, 0, (8 * GiB, GiB, 120), id="small-host-floor"),
+    pytest.param(0, float("inf"), 8 * GiB, 2, (12 * GiB, GiB, None), id="no-timeout-no-cpu-limit"),
 ])
-def test_limits_for(inputs: int, timeout: float, ram: int, cores: int, want: tuple[int, int, int]) -> None:
+def test_limits_for(inputs: int, timeout: float, ram: int, cores: int, want: tuple[int, int, int | None]) -> None:
     limits = limits_for(inputs, timeout, ram=ram, cores=cores)
     assert (limits.address_space, limits.file_size, limits.cpu_seconds) == want
