@@ -199,7 +199,8 @@ def hf_source(store: ModelStore, files: Mapping[str, str], converter: Converter 
     config = _json_blob(store, files[config_name], config_name)
     if adapter:
         if config.get("peft_type", "LORA") != "LORA":
-            raise BadRequest(f"unsupported adapter type {config.get('peft_type')!r}: only LoRA adapters convert")
+            raise BadRequest(f"unsupported adapter type {str(config.get('peft_type'))[:100]!r}: only LoRA adapters "
+                             "convert")
         return HFSource(dict(files), converter, True, "")
     architectures = config.get("architectures")
     if not (isinstance(architectures, list) and architectures and isinstance(architectures[0], str)):
@@ -207,7 +208,7 @@ def hf_source(store: ModelStore, files: Mapping[str, str], converter: Converter 
     architecture = architectures[0]
     known = known_architectures(converter.scripts_dir)
     if known and architecture not in known:
-        raise BadRequest(f'unsupported architecture "{architecture}"')
+        raise BadRequest(f'unsupported architecture "{architecture[:200]}"')  # never a client's megabytes back
     return HFSource(dict(files), converter, False, architecture)
 
 

@@ -201,7 +201,7 @@ def _plan(store: ModelStore, name: ModelName, req: dict, import_dirs: Sequence[P
     if draft_name and not drafts:  # DRAFT naming a stored model: its weights
         draft_base = _base_model(store, draft_name)
         if draft_base is None:
-            raise ModelNotFound(draft_name)
+            raise ModelNotFound(draft_name[:200])
         draft_layers = draft_base[1].layers_of(MEDIA_MODEL)
         if not draft_layers:
             raise BadRequest(f"draft model '{draft_name}' has no weights")

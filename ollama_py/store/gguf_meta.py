@@ -350,7 +350,8 @@ class _Header:
 
 
 def _invalid(reason: str) -> BadRequest:
-    return BadRequest(f"invalid GGUF file: {reason}")
+    # a reason may quote the file (a key name): never megabytes of it in an error (issue 34)
+    return BadRequest(f"invalid GGUF file: {reason if len(reason) <= 300 else reason[:300] + '...'}")
 
 
 def _tensor_bytes(ttype: int, shape: tuple[int, ...]) -> int:

@@ -200,3 +200,10 @@ def test_staged_json_loses_auto_map_at_any_depth(store: ModelStore, tmp_path: Pa
         "architectures": ["X"], "text_config": {"hidden_size": 8}}
     assert staged.remote_code == ("config.json",)
     assert not (tmp_path / "src" / "config.json").is_symlink()  # a copy: the blob itself is untouched
+
+
+def test_a_huge_architecture_name_is_not_echoed_whole(store: ModelStore, converter: Converter) -> None:
+    req = {"files": files(store, model__safetensors=SAFETENSORS, config__json={"architectures": ["A" * 1_000_000]})}
+    with pytest.raises(BadRequest) as e:
+        create(store, req, converter)
+    assert str(e.value) == f'unsupported architecture "{"A" * 200}"'

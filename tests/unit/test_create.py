@@ -484,3 +484,9 @@ def test_draft_quantize_with_llama_quantize(store: ModelStore, f16: Path, tmp_pa
     assert read_gguf_info(model.draft_path).quantization_level == "Q8_0"
     assert read_gguf_info(model.model_path).quantization_level == "F16"
     assert model.details["quantization_level"] == "F16"
+
+
+def test_a_huge_draft_name_is_not_echoed_whole(store: ModelStore, f16: Path) -> None:
+    with pytest.raises(ModelNotFound) as e:
+        create_model(store, parse_name("x"), {"files": {"m.gguf": upload(store, f16)}, "draft": "d" * 1_000_000})
+    assert len(str(e.value)) < 300

@@ -145,3 +145,12 @@ async def test_a_lone_shard_of_many_names_a_few_missing_shards(fake_app, aiohttp
     assert r.status == 400
     assert (await r.json())["error"] == ("incomplete split GGUF model: missing 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 and "
                                          "9988 more of 9999")
+
+
+def test_a_huge_key_is_not_echoed_whole(tmp_path: Path) -> None:
+    """A key of 1 MB ending in block_count: the error names it, cut short."""
+    path = tmp_path / "m.gguf"
+    path.write_bytes(raw_gguf([ARCH, ("x" * 1_000_000 + ".block_count", T_UINT32, u32(20_000_000))]))
+    with pytest.raises(BadRequest) as e:
+        read_gguf_info(path)
+    assert str(e.value).startswith("invalid GGUF file: xxx") and len(str(e.value)) < 400
