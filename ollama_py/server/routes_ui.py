@@ -98,8 +98,13 @@ async def events(request: web.Request) -> web.StreamResponse:
             console.last_ps = _ps(request.app)  # what the ticker publishes changes against
             console.ticker = asyncio.create_task(_tick(request.app, console), name="console-ticker")
         await response.write(_sse("ps", console.last_ps))
-        while (item := await queue.get()) is not None:  # None: the server is stopping
-            await response.write(_encoded(item))
+        stopping = False
+        while not stopping:
+            items = [await queue.get()]
+            while not queue.empty():  # what arrived together goes out in one write
+                items.append(queue.get_nowait())
+            stopping = None in items  # the server is stopping
+            await response.write(b"".join(_encoded(item) for item in items if item is not None))
     with contextlib.suppress(ConnectionError):
         await response.write_eof()
     return response
