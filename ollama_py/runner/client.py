@@ -10,6 +10,7 @@ calls in flight (a FIFO semaphore, so two bursts take turns); single calls never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import urllib.parse
@@ -78,6 +79,17 @@ class LlamaClient:
         url = urllib.parse.urlsplit(self.base_url)
         return await sse.post_json(url.hostname or "127.0.0.1", url.port or 80, path, body,
                                    read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
+
+    @contextlib.asynccontextmanager
+    async def kept(self) -> AsyncIterator[sse.KeptConnection]:
+        """One kept-alive connection for a few calls in a row by one request (closed when the block ends)."""
+        url = urllib.parse.urlsplit(self.base_url)
+        conn = sse.KeptConnection(url.hostname or "127.0.0.1", url.port or 80, read_timeout=self.read_timeout,
+                                  headers=self._headers, streams=self._streams)
+        try:
+            yield conn
+        finally:
+            conn.close()
 
     async def post_each(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[Any]:
         """POST each body to `path`; the answers in the bodies' order. At most `max_calls` workers, each with one

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 # Tokens an input may have beyond one per byte of its text: BOS, EOS, a word-start marker the tokenizer adds.
 _SPECIAL_SLACK = 8
 _INLINE_FLOATS = 10_000  # vectors normalized on the event loop up to this many floats, in a thread past it
+BATCH = 512  # inputs per /v1/embeddings call: a runner's answer stays tens of MB at most
+# Inputs in one request: the answer holds a vector each, kept whole in memory (16,384 x 4,096 floats ~ 2 GB of
+# Python floats at worst); OpenAI takes 2,048, Ollama sets no limit.
+MAX_INPUTS = 16_384
 
 
 @dataclass(slots=True)
@@ -43,21 +47,28 @@ async def embed(scheduler: Scheduler, model: Model, opts: dict[str, Any], keep_a
         if keep_alive != 0:
             await scheduler.load(model, opts, keep_alive, embedding=True)
         return EmbedResult([], 0, 0)
+    if len(inputs) > MAX_INPUTS:
+        raise BadRequest(f"too many inputs: {len(inputs)}, at most {MAX_INPUTS} in one request")
     async with scheduler.use(model, opts, keep_alive, embedding=True) as loaded:
         load_ns = int(loaded.runner.load_duration * 1e9) if loaded.requests_served == 0 else 0
         ctx = loaded.plan.spec.num_ctx
+        vectors: list[list[float]] = []
+        runner_tokens = 0
         try:
             prompts, counted = await fit_inputs(loaded.client, inputs, ctx, truncate)
-            data = await loaded.client.post("/v1/embeddings", {"input": prompts, "encoding_format": "float"})
+            async with loaded.client.kept() as conn:  # each answer's size bounded, whatever the request's
+                for start in range(0, len(prompts), BATCH):
+                    data = await conn.post("/v1/embeddings", {"input": prompts[start:start + BATCH],
+                                                              "encoding_format": "float"})
+                    rows = sorted(data.get("data", []), key=lambda d: d.get("index", 0))
+                    if len(rows) * max((len(r.get("embedding") or ()) for r in rows), default=0) > _INLINE_FLOATS:
+                        vectors += await asyncio.to_thread(_vectors, rows, dimensions)
+                    else:
+                        vectors += _vectors(rows, dimensions)
+                    runner_tokens += int((data.get("usage") or {}).get("prompt_tokens") or 0)
         except UpstreamLost as e:
             raise RunnerError(str(e)) from None
-    rows = sorted(data.get("data", []), key=lambda d: d.get("index", 0))
-    if len(rows) * max((len(r.get("embedding") or ()) for r in rows), default=0) > _INLINE_FLOATS:
-        vectors = await asyncio.to_thread(_vectors, rows, dimensions)
-    else:
-        vectors = _vectors(rows, dimensions)
-    usage = data.get("usage") or {}
-    prompt_tokens = int(usage.get("prompt_tokens") or counted)
+    prompt_tokens = runner_tokens or counted
     current_stats().prompt_tokens = prompt_tokens
     return EmbedResult(vectors, prompt_tokens, load_ns)
 

@@ -3,6 +3,8 @@ connections (issue 34: one request opened a connection per input, thousands at o
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 
 from ollama_py.server.appkeys import SCHEDULER
@@ -75,3 +77,33 @@ async def test_openai_embeddings_of_many_inputs_in_order(fake_app, aiohttp_clien
     data = (await r.json())["data"]
     assert [d["index"] for d in data] == list(range(500))
     assert data[7]["embedding"] == await embed_one(client, inputs[7])
+
+
+async def test_embed_of_more_inputs_than_the_limit_is_refused_before_the_runner_loads(fake_app, aiohttp_client):
+    """Every vector of an answer is held in memory: a 32 MiB body of one-character inputs could ask for millions."""
+    from ollama_py.server.embeddings import MAX_INPUTS
+
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    r = await client.post("/api/embed", json={"model": "tiny", "input": ["a"] * (MAX_INPUTS + 1)})
+    assert r.status == 400
+    assert (await r.json())["error"] == f"too many inputs: {MAX_INPUTS + 1}, at most {MAX_INPUTS} in one request"
+    assert not app[SCHEDULER].loaded
+
+
+async def test_a_big_embed_request_goes_to_the_runner_in_batches_on_one_connection(fake_app, aiohttp_client,
+                                                                                    tmp_path):
+    from ollama_py.server.embeddings import BATCH
+
+    log_file = tmp_path / "bodies.jsonl"
+    _, app = fake_app({"FAKE_LOG_FILE": str(log_file)})
+    client = await aiohttp_client(app)
+    inputs = [f"item {i}" for i in range(2 * BATCH + 3)]
+    r = await client.post("/api/embed", json={"model": "tiny", "input": inputs})
+    assert r.status == 200, await r.text()
+    out = await r.json()
+    assert len(out["embeddings"]) == len(inputs) and out["prompt_eval_count"] == 3 * len(inputs)
+    assert out["embeddings"][-1] == await embed_one(client, inputs[-1])
+    sizes = [len(b["input"]) for b in map(json.loads, log_file.read_text().splitlines()) if "input" in b]
+    assert sizes[:3] == [BATCH, BATCH, 3]
+    assert (await runner_connections(app))["accepted"] <= 4
