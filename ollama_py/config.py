@@ -196,7 +196,7 @@ class Settings:
     noui: bool = False  # OLLAMA_NOUI: no web console at /ui
     api_keys: tuple[str, ...] = ()
     rpc_servers: tuple[str, ...] = ()
-    max_body_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = 64 * 1024 * 1024  # OLLAMA_PY_MAX_BODY: a larger request body is a 413 (README)
     max_connections: int = 0  # OLLAMA_PY_MAX_CONNECTIONS; 0: half the open-file limit, at most 16384
     read_timeout: float = 30.0  # OLLAMA_PY_READ_TIMEOUT: a request head, or a pause in a body, may take this long
     # OLLAMA_PY_PULL_MIN_RATE: bytes/s a blob download must average over each minute, or the pull fails; 0: none
@@ -268,6 +268,7 @@ class Settings:
             else data_dir(),
             rpc_servers=tuple(s.strip() for s in _var(env, "OLLAMA_RPC_SERVERS").split(",") if s.strip()),
             max_connections=_uint(env, "OLLAMA_PY_MAX_CONNECTIONS", 0),
+            max_body_bytes=_uint(env, "OLLAMA_PY_MAX_BODY", 64 * 1024 * 1024) or 64 * 1024 * 1024,
             read_timeout=read_timeout if read_timeout > 0 else FOREVER,
             pull_min_rate=_uint(env, "OLLAMA_PY_PULL_MIN_RATE", 8 * 1024),
             import_dirs=parse_import_dirs(_var(env, "OLLAMA_PY_IMPORT_DIRS")),

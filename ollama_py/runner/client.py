@@ -126,7 +126,12 @@ class LlamaClient:
 
     async def tokenize(self, content: str, add_special: bool = False) -> list[int]:
         data = await self.post("/tokenize", {"content": content, "add_special": add_special})
-        return [t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])]
+        tokens = data.get("tokens", [])
+        if not tokens or isinstance(tokens[0], int):  # plain ids (llama-server's answer without pieces): as they are
+            return tokens
+        if len(tokens) > 100_000:  # millions of {id, piece} (a 32 MB text): looked at off the loop
+            return await asyncio.to_thread(_token_ids, tokens)
+        return _token_ids(tokens)
 
     async def tokenize_each(self, texts: Sequence[str], add_special: bool = False) -> list[list[int]]:
         """tokenize() of each text (llama-server's /tokenize takes one), through post_each's few connections."""
@@ -148,3 +153,7 @@ class LlamaClient:
 
     async def detokenize(self, tokens: list[int]) -> str:
         return (await self.post("/detokenize", {"tokens": tokens})).get("content", "")
+
+
+def _token_ids(tokens: list[Any]) -> list[int]:
+    return [t if isinstance(t, int) else t["id"] for t in tokens]

@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from ollama_py import fastjson
+from ollama_py import bigjson, fastjson
 from ollama_py.errors import BadRequest, ContextExceeded, OllamaError, RunnerError
 
 _HIGH_WATER, _LOW_WATER = 256, 32  # events queued before reading pauses / resumes (a slow client)
@@ -348,10 +348,20 @@ async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
                       reply: type[SSEStream] = SSEStream, accept: bytes = b"text/event-stream") -> SSEStream:
     """Connect, send `body` as JSON (with `headers` besides the usual ones) and return the stream (nothing of
     the response read yet)."""
-    if _bulky(body):  # a long prompt or conversation: encoding it would hold the event loop (0.1 s per ~30 MB)
-        request = await asyncio.to_thread(_request, host, port, path, body, headers, accept, keep_alive=False)
-    else:
-        request = _request(host, port, path, body, headers, accept, keep_alive=False)
+    if _bulky(body):  # a long prompt or conversation: encoded in a thread, in slices (bigjson), so that the GIL
+        # and with it the event loop is never held long (json.dumps: ~0.1 s per 30 MB of text, 1 s per 20M ids),
+        # and written a piece at a time
+        chunks = await asyncio.to_thread(bigjson.dumps_chunks, body)
+        head = _request(host, port, path, None, headers, accept, keep_alive=False,
+                        length=sum(len(c) for c in chunks))
+        stream = await _connect(host, port, read_timeout, reply)
+        assert stream._transport is not None
+        stream._transport.write(head)
+        for chunk in chunks:
+            stream._transport.write(chunk)
+            await asyncio.sleep(0)
+        return stream
+    request = _request(host, port, path, body, headers, accept, keep_alive=False)
     stream = await _connect(host, port, read_timeout, reply)
     assert stream._transport is not None
     stream._transport.write(request)
@@ -384,13 +394,14 @@ async def _connect(host: str, port: int, read_timeout: float | None, reply: type
     return stream
 
 
-def _request(host: str, port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None, accept: bytes,
-             *, keep_alive: bool) -> bytes:
-    data = json.dumps(body, ensure_ascii=False).encode()
+def _request(host: str, port: int, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None,
+             accept: bytes, *, keep_alive: bool, length: int = 0) -> bytes:
+    """The request's bytes; with body None, the head alone for a body of `length` bytes sent after it."""
+    data = json.dumps(body, ensure_ascii=False).encode() if body is not None else b""
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items()).encode()
     return (b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nAccept: %s\r\n%s"
             b"Content-Length: %d\r\nConnection: %s\r\n\r\n%s"
-            % (path.encode(), host.encode(), port, accept, extra, len(data),
+            % (path.encode(), host.encode(), port, accept, extra, len(data) if body is not None else length,
                b"keep-alive" if keep_alive else b"close", data))
 
 
@@ -436,7 +447,7 @@ _INLINE_JSON = 256 << 10  # answers decoded on the event loop up to this size (a
 async def _decoded(text: bytearray) -> Any:
     if len(text) <= _INLINE_JSON:
         return json.loads(text)
-    return await asyncio.to_thread(json.loads, bytes(text))
+    return await asyncio.to_thread(bigjson.loads, text)  # in slices: json.loads would hold the GIL throughout
 
 
 class _KeptReply(_Reply):

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ollama_py import bigjson
 from ollama_py.api.names import ModelName, parse_name
 from ollama_py.config import parse_duration
 from ollama_py.errors import BadRequest
@@ -95,8 +96,49 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
             return {}
         raise BadRequest("missing request body")
     if len(raw) > _DECODE_OFF_LOOP:
-        return await asyncio.to_thread(decode_json, raw)
+        return await asyncio.to_thread(decode_big_json, raw)
     return decode_json(raw)
+
+
+def decode_big_json(raw: bytes) -> dict[str, Any]:
+    """decode_json for a large body, in a worker thread: every step is cut into slices (bigjson), so that no
+    single C call holds the GIL, and with it the event loop, for more than a few milliseconds."""
+    try:
+        body = bigjson.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"invalid character in request body: {e}") from None
+    except RecursionError:
+        raise BadRequest("invalid request body: JSON nested too deeply") from None
+    if not isinstance(body, dict):
+        raise BadRequest("json: cannot unmarshal request body: expected a JSON object")
+    _check_numbers(body)
+    if any(_LONE_SURROGATE.search(raw, k, k + _WINDOW + 6) for k in range(0, len(raw), _WINDOW)):
+        body = _fix_surrogates(body)
+    return body
+
+
+_WINDOW = 1 << 16
+
+
+def _check_numbers(body: dict[str, Any]) -> None:
+    """decode_json's number checks, walking the decoded body (in slices: a list of millions of ids is looked
+    at 64k items per step)."""
+    stack: list[Any] = [body]
+    while stack:
+        node = stack.pop()
+        items = node.values() if isinstance(node, dict) else node
+        if isinstance(items, list) and len(items) > _WINDOW:
+            slices: Any = (items[k:k + _WINDOW] for k in range(0, len(items), _WINDOW))
+        else:
+            slices = (items,)
+        for part in slices:
+            for value in part:
+                if isinstance(value, (dict, list)):
+                    stack.append(value)
+                elif isinstance(value, float) and math.isinf(value):
+                    raise BadRequest(str(_number_out_of_range(repr(value))))
+                elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+                    raise BadRequest(str(_number_out_of_range(str(value))))
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:
@@ -191,6 +233,45 @@ def keep_alive(body: dict[str, Any]) -> float | None:
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
+def image_chars(value: Any) -> int:
+    """Characters of base64 image data in a body's `images`, or in its messages' (to decide where to check them:
+    a 60 MB image takes the regex over a second)."""
+    if not isinstance(value, list):
+        return 0
+    total = 0
+    for item in value:
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += image_chars(item.get("images"))
+    return total
+
+
+async def checked_images(images: Any) -> list[str]:
+    """check_images, in a thread for large images."""
+    if image_chars(images) > _DECODE_OFF_LOOP:
+        return await asyncio.to_thread(check_images, images)
+    return check_images(images)
+
+
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]*")
+
+
+def _base64_end(image: str) -> int:
+    """Where _BASE64's match of the image ends, found a window at a time (one regex over a 60 MB image held the
+    GIL for 0.1 s, stalling the event loop even from a worker thread)."""
+    at = 0
+    while True:
+        window_end = min(len(image), at + _WINDOW)
+        run = _BASE64_RUN.match(image, at, window_end)
+        assert run is not None  # `*` matches the empty run
+        at = run.end()
+        if at < window_end or at == len(image):
+            break
+    padding = _BASE64.match(image, at, at + 2)  # at most "==" after the run
+    return padding.end() if padding else at
+
+
 def check_images(images: Any) -> list[str]:
     """Base64 images, as Go decodes a []byte field: the first bad byte is named, as Ollama's 400 does."""
     if images is None:
@@ -200,8 +281,7 @@ def check_images(images: Any) -> list[str]:
     for image in images:
         if not isinstance(image, str):
             raise BadRequest(f"json: cannot unmarshal {type(image).__name__} into Go value of type []uint8")
-        valid = _BASE64.match(image)
-        end = valid.end() if valid else 0
+        end = _base64_end(image)
         if end < len(image) or len(image) % 4:
             raise BadRequest(f"illegal base64 data at input byte {min(end, len(image) - len(image) % 4)}")
     return images

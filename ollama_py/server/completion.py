@@ -22,7 +22,15 @@ from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import RequestStats, current_stats
 from ollama_py.server.rendering import render_gguf_chat, render_off_loop
-from ollama_py.server.truncation import TOO_LONG, Fitted, cut_tokens, droppable, log_truncation, room_to_generate
+from ollama_py.server.truncation import (
+    TOO_LONG,
+    Fitted,
+    cut_tokens,
+    drop_order,
+    log_truncation,
+    room_to_generate,
+    without,
+)
 from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
 
@@ -149,8 +157,19 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
     if images:
         return {"prompt_string": prompt, "multimodal_data": images}
     if req.context:
+        if len(req.context) > 100_000:  # a list copy of millions of ids: off the loop, a slice at a time
+            return await asyncio.to_thread(_joined, req.context, prompt)
         return [*req.context, prompt]
     return prompt
+
+
+def _joined(ids: list[int], prompt: str) -> list[Any]:
+    """[*ids, prompt], copied 64k items per step (one copy of millions holds the GIL, so the loop, ~0.1 s)."""
+    out: list[Any] = []
+    for k in range(0, len(ids), 1 << 16):
+        out.extend(ids[k:k + (1 << 16)])
+    out.append(prompt)
+    return out
 
 
 def prompt_text(prompt: str | list[Any] | dict[str, Any]) -> str:
@@ -419,22 +438,49 @@ async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: str | list[
     before = error.n_prompt_tokens
     add_special = not req.context
     messages = list(req.messages or [])
-    kept: list[Message] | None = None
-    while (i := droppable(messages)) is not None:
-        del messages[i]
-        kept = messages
-        prompt = await build_prompt(dataclasses.replace(req, messages=list(messages)), loaded)
-        if isinstance(prompt, dict):
+    order = drop_order(messages)
+
+    async def attempt(k: int) -> tuple[list[Message], str | list[Any], list[int]]:
+        """The prompt without the k oldest droppable messages, and its tokens."""
+        kept = without(messages, order[:k])
+        attempt_prompt = await build_prompt(dataclasses.replace(req, messages=kept), loaded)
+        if isinstance(attempt_prompt, dict):
             raise error
-        n = len(await loaded.client.tokenize(prompt_text(prompt), add_special=add_special))
-        if n <= limit:
-            fitted = Fitted(prompt, kept, before, n)
-            log_truncation(req.model.name, fitted, n_ctx)
-            return fitted
-    ids = [*(req.context or []), *await loaded.client.tokenize(prompt_text(prompt), add_special=add_special)]
+        return kept, attempt_prompt, await loaded.client.tokenize(prompt_text(attempt_prompt),
+                                                                  add_special=add_special)
+
+    # The fewest oldest messages to drop: a binary search (the prompt only shrinks as more go), so a conversation
+    # of n messages is rendered and tokenized about log2(n) times, where dropping one at a time took n.
+    lo, hi = 1, len(order)
+    best: tuple[list[Message], str | list[Any], list[int]] | None = None
+    all_dropped = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        got = await attempt(mid)
+        if mid == len(order):
+            all_dropped = got
+        if len(got[2]) <= limit:
+            best, hi = got, mid - 1
+        else:
+            lo = mid + 1
+    if best is not None:
+        fitted = Fitted(best[1], best[0], before, len(best[2]))
+        log_truncation(req.model.name, fitted, n_ctx)
+        return fitted
+    kept: list[Message] | None = None
+    if order:  # every droppable message gone and still too long: its tokens are cut
+        kept, prompt, tokens = all_dropped or await attempt(len(order))
+    else:
+        tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=add_special)
     num_keep = req.options.get("num_keep")
-    cut = cut_tokens(ids, limit, num_keep if isinstance(num_keep, int) and num_keep >= 0 else 4)
-    fitted = Fitted(cut, kept, before or len(ids), len(cut))
+    keep = num_keep if isinstance(num_keep, int) and num_keep >= 0 else 4
+
+    def cut() -> tuple[list[int], int]:
+        ids = [*req.context, *tokens] if req.context else tokens
+        return cut_tokens(ids, limit, keep), len(ids)
+
+    ids_cut, n_ids = await asyncio.to_thread(cut) if len(tokens) > 100_000 else cut()  # millions of ids: off the loop
+    fitted = Fitted(ids_cut, kept, before or n_ids, len(ids_cut))
     log_truncation(req.model.name, fitted, n_ctx)
     return fitted
 

@@ -20,6 +20,7 @@ import re
 from aiohttp import web
 
 from ollama_py.errors import OllamaError, ServerBusy
+from ollama_py.server.appkeys import SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,10 @@ async def error_middleware(request: web.Request, handler):
         if e.status >= 500:
             log.warning("%s %s -> %d: %s", request.method, request.path, e.status, e)
         return error_response(request, e.status, str(e))
-    except web.HTTPRequestEntityTooLarge:
-        return error_response(request, 413, "request body too large")
+    except web.HTTPRequestEntityTooLarge as e:
+        limit = request.app[SETTINGS].max_body_bytes if SETTINGS in request.app else 0
+        return error_response(request, 413, f"request body too large: the limit is {limit} bytes "
+                                            "(OLLAMA_PY_MAX_BODY)" if limit else e.reason)
     except web.HTTPException as e:
         if e.status < 400:
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import time
@@ -24,7 +25,16 @@ from ollama_py.api.wire import (
 from ollama_py.errors import BadRequest
 from ollama_py.server import embeddings, logprobs
 from ollama_py.server.appkeys import SCHEDULER
-from ollama_py.server.bodies import check_images, field, keep_alive, read_json, requested_model, token_ids
+from ollama_py.server.bodies import (
+    check_images,
+    checked_images,
+    field,
+    image_chars,
+    keep_alive,
+    read_json,
+    requested_model,
+    token_ids,
+)
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
@@ -39,6 +49,7 @@ if TYPE_CHECKING:
 routes = web.RouteTableDef()
 
 _ROLES = ("system", "user", "assistant", "tool")
+_IMAGES_ON_LOOP = 1 << 20  # characters of base64 images checked on the event loop (~2 ms)
 
 
 @routes.get("/")
@@ -138,7 +149,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     context = await token_ids(body, "context")
     raw = field(body, "raw", bool, False)
     suffix = field(body, "suffix", str)
-    images = check_images(body.get("images"))
+    images = await checked_images(body.get("images"))
     if raw and (template or system or context):
         raise BadRequest("raw mode does not support template, system, or context")
     ka = keep_alive(body)
@@ -276,7 +287,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     top = logprobs.requested(body)  # checked first, as Ollama does
     name, raw_name = requested_model(body)
-    messages = _check_messages(body.get("messages"))
+    raw_messages = body.get("messages")
+    if image_chars(raw_messages) > _IMAGES_ON_LOOP:  # a 60 MB image holds the loop for a second in the check
+        messages = await asyncio.to_thread(_check_messages, raw_messages)
+    else:
+        messages = _check_messages(raw_messages)
     tools = _check_tools(body.get("tools"))
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)

@@ -13,11 +13,13 @@ past the model's vocabulary (its runner's n_vocab), which llama-server would ans
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ollama_py import bigjson
 from ollama_py.errors import BadRequest, RunnerError
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.server.appkeys import SCHEDULER
@@ -47,7 +49,7 @@ async def _model_for(request: web.Request, body: dict[str, Any]) -> tuple[Model,
 
 
 @routes.post("/api/tokenize")
-async def tokenize(request: web.Request) -> web.Response:
+async def tokenize(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
     text = field(body, "text", str)
@@ -61,9 +63,22 @@ async def tokenize(request: web.Request) -> web.Response:
         except UpstreamLost as e:
             raise RunnerError(str(e)) from None
         load_ns = _load_ns(loaded, started)
-    return web.json_response({"model": raw_name, "tokens": tokens,
-                              "total_duration": int((time.perf_counter() - started) * 1e9),
-                              "load_duration": load_ns})
+    answer = {"model": raw_name, "tokens": tokens, "total_duration": int((time.perf_counter() - started) * 1e9),
+              "load_duration": load_ns}
+    if len(tokens) > _TOKENS_ON_LOOP:  # millions of ids: encoded in a thread, in slices, and written a piece at a
+        # time (json.dumps of them held the loop for seconds)
+        chunks = await asyncio.to_thread(bigjson.dumps_chunks, answer)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+        resp.content_length = sum(len(c) for c in chunks)
+        await resp.prepare(request)
+        for chunk in chunks:
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+    return web.json_response(answer)
+
+
+_TOKENS_ON_LOOP = 50_000
 
 
 @routes.post("/api/detokenize")

@@ -3,7 +3,8 @@ it answers 400 exceed_context_size_error with the prompt's and the slot's sizes)
 
 With `truncate` (Ollama's default) the prompt is cut as Ollama cuts it, and the answer says so
 (`prompt_truncated` in the final chunk, a WARNING line in the server log with the sizes):
-  1. a conversation loses its oldest messages first, keeping every system message and the latest message;
+  1. a conversation loses its oldest messages first, keeping every system message and the latest message (as
+     few as make it fit, found by a binary search: about log2(n) renders and tokenizations for n messages);
   2. what still does not fit (one long message, a raw prompt) keeps its first `num_keep` tokens and its end.
 Either way the prompt leaves room to generate: `num_predict` tokens when that is set and at most half the
 context, else an eighth of the context. With `truncate: false` the request is refused with Ollama's 400
@@ -46,6 +47,16 @@ def cut_tokens(tokens: list[int], limit: int, num_keep: int) -> list[int]:
         return tokens
     keep = max(0, min(num_keep, limit // 2))
     return tokens[:keep] + tokens[len(tokens) - (limit - keep):]
+
+
+def drop_order(messages: Sequence[Message]) -> list[int]:
+    """Indices of the messages that may go, oldest first: every one but the system messages and the latest."""
+    return [i for i, m in enumerate(messages[:-1]) if m.get("role") != "system"]
+
+
+def without(messages: Sequence[Message], dropped: Sequence[int]) -> list[Message]:
+    gone = set(dropped)
+    return [m for i, m in enumerate(messages) if i not in gone]
 
 
 def droppable(messages: Sequence[Message]) -> int | None:

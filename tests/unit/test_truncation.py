@@ -86,6 +86,30 @@ async def test_chat_drops_the_oldest_messages_keeping_system_and_the_latest(clie
     assert "question0" not in sent
 
 
+async def test_a_long_conversation_is_fitted_with_few_runner_calls(client, tmp_path):
+    """Issue 34: fit_prompt dropped one message at a time and asked the runner to render and tokenize after each
+    (1e5 messages: 1e5 round trips). Now a binary search: about log2(n) of each, and the same messages kept as
+    one at a time would keep (the fewest dropped)."""
+    n = 300
+    messages = [{"role": "system", "content": "SYSTEMTEXT"}]
+    messages += [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i} x"} for i in range(n)]
+    messages.append({"role": "user", "content": "LATEST"})
+    r = await client.post("/api/chat", json={"model": "tiny", "messages": messages, "stream": False,
+                                             "options": SMALL})
+    assert r.status == 200, await r.text()
+    assert (await r.json())["prompt_truncated"] is True
+    bodies = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    tokenizes = [b for b in bodies if "content" in b and "add_special" in b]
+    renders = [b for b in bodies if "messages" in b and "cache_prompt" not in b]
+    assert len(tokenizes) <= 12 and len(renders) <= 13  # log2(300) is 8.2; one at a time took ~200 of each
+    sent = client.prompts()[-1]
+    first_kept = next(i for i in range(n) if f"m{i} " in sent)
+    assert all(f"m{i} " in sent for i in range(first_kept, n)) and "SYSTEMTEXT" in sent and "LATEST" in sent
+    limit = 256 - 256 // 8  # the context less the eighth left to generate
+    # fits, and no more was dropped than needed: one more message (3 words) would not have fitted
+    assert limit - 3 <= len(sent.split()) <= limit
+
+
 @pytest.mark.parametrize(("tokens", "limit", "keep", "want"), [
     (list(range(10)), 10, 4, list(range(10))),
     (list(range(10)), 6, 2, [0, 1, 6, 7, 8, 9]),

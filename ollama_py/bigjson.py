@@ -1,0 +1,241 @@
+"""JSON for very large documents without holding the GIL for long: `loads` and `dumps` in slices.
+
+A thread does not keep a big json.loads off the event loop: the C decoder holds the GIL for the whole call
+(a 60 MB body with one base64 image: ~0.2 s; 20 million token ids: ~0.7 s), and the loop waits that long. Here
+the work is cut into C calls of at most ~64 KB each, with Python bytecode between them, where the interpreter
+hands the GIL to the loop (every 5 ms). Meant to run in a worker thread, for documents past a few hundred KB.
+
+    loads(raw) -> Any      what json.loads(raw) gives: string literals and runs of numbers inside arrays longer
+                           than _SLICE are cut out of the document, the rest decoded whole (it is small), the
+                           pieces decoded slice by slice and put back
+    dumps(obj) -> str      json.dumps(obj, ensure_ascii=False): long strings and lists encoded slice by slice
+    dumps_chunks(obj)      the same as UTF-8 pieces of ~1 MB, to be written one at a time
+
+Errors are json.JSONDecodeError (a ValueError), as json.loads raises them; positions inside a cut-out piece are
+relative to that piece.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from typing import Any
+
+_SLICE = 1 << 16
+
+
+def loads(raw: bytes | bytearray, parse_constant: Any = None) -> Any:
+    data = raw  # not copied: a copy of 80 MB is one C call that holds the GIL
+    if len(data) <= 4 * _SLICE:
+        return json.loads(data, parse_constant=parse_constant)
+    tag = "\x00" + secrets.token_hex(8) + ":"  # a placeholder no client string holds (it has a random part)
+    pieces: list[tuple[str, int, int]] = []  # ("s" string body | "n" numbers, start, end) of the cut-out spans
+    skeleton: list[bytes] = []
+    pos = 0  # data[:pos] is in the skeleton (or cut out)
+    i = 0
+    n = len(data)
+    while i < n:
+        q = data.find(b'"', i)
+        stretch_end = n if q < 0 else q
+        if stretch_end - i > _SLICE:  # a long stretch between strings: runs of numbers filling arrays
+            pos = _cut_numbers(data, i, stretch_end, pos, skeleton, pieces, tag)
+        if q < 0:
+            break
+        end = _string_end(data, q)
+        if end - q > _SLICE and data[end - 1:end] == b'"':
+            skeleton.append(bytes(data[pos:q]))
+            skeleton.append(json.dumps(f"{tag}{len(pieces)}").encode())
+            pieces.append(("s", q + 1, end - 1))
+            pos = end
+        i = end
+    skeleton.append(bytes(data[pos:]))
+    doc = json.loads(b"".join(skeleton), parse_constant=parse_constant)
+    if not pieces:
+        return doc
+    values = [_decode_string(data, a, b) if kind == "s" else _decode_numbers(data, a, b) for kind, a, b in pieces]
+    return _put_back(doc, tag, values)
+
+
+def _string_end(data: bytes | bytearray, q: int) -> int:
+    """The index past the string literal opening at q (unterminated: the end of the document)."""
+    j = q + 1
+    while True:
+        k = data.find(b'"', j)
+        if k < 0:
+            return len(data)
+        r = k
+        while data[r - 1] == 0x5C:  # a run of backslashes before the quote: odd means it is escaped
+            r -= 1
+        if (k - r) % 2 == 0:
+            return k + 1
+        j = k + 1
+
+
+_NUMBER_RUN = re.compile(rb"[-+0-9.eE,\s]+")
+
+
+def _cut_numbers(data: bytes | bytearray, i: int, end: int, pos: int, skeleton: list[bytes],
+                 pieces: list[tuple[str, int, int]], tag: str) -> int:
+    """Cut out, between i and end, each run of numbers longer than a slice that fills an array; returns the new
+    copied-up-to position. Every regex call looks at one slice at most."""
+    at = i
+    while at < end:
+        m = _NUMBER_RUN.search(data, at, min(end, at + _SLICE))
+        if m is None:
+            at = min(end, at + _SLICE)
+            continue
+        a, b = m.start(), m.end()
+        while b < end and b == min(end, m.endpos):  # the run filled its window: extend it
+            m = _NUMBER_RUN.match(data, b, min(end, b + _SLICE))
+            if m is None:
+                break
+            b = m.end()
+        if b - a > _SLICE:
+            lb = data.rfind(b"[", max(i, a - 64), a)
+            rb = data.find(b"]", b, min(end, b + 64))
+            if lb >= pos and rb >= 0 and not data[lb + 1:a].strip() and not data[b:rb].strip():
+                # the whole array, brackets and all, becomes the placeholder
+                skeleton.append(bytes(data[pos:lb]))
+                skeleton.append(json.dumps(f"{tag}{len(pieces)}").encode())
+                pieces.append(("n", a, b))
+                pos = rb + 1
+        at = b
+    return pos
+
+
+def _safe_cut(data: bytes | bytearray, a: int, c: int) -> int:
+    """c moved left so that data[a:c] ends neither inside an escape nor between the two escapes of a surrogate
+    pair (each slice is decoded alone)."""
+    for _ in range(3):
+        p = data.rfind(b"\\", max(a, c - 12), c)
+        if p < 0:
+            return c
+        r = p
+        while r > a and data[r - 1] == 0x5C:
+            r -= 1
+        if (p - r) % 2:  # data[p] is the escaped half of a "\\\\": the escape ended at p + 1 <= c
+            return c
+        is_u = data[p + 1:p + 2] in (b"u", b"U")
+        length = 6 if is_u else 2
+        high = is_u and data[p + 2:p + 4].upper() in (b"D8", b"D9", b"DA", b"DB")
+        if p + length > c or (high and p + length == c):
+            c = p
+            continue
+        return c
+    return c
+
+
+def _decode_string(data: bytes | bytearray, a: int, b: int) -> str:
+    """The JSON string literal body data[a:b], decoded slice by slice."""
+    out: list[str] = []
+    while a < b:
+        c = b if b - a <= _SLICE else _safe_cut(data, a, a + _SLICE)
+        out.append(json.loads(b'"' + data[a:c] + b'"'))
+        a = c
+    return "".join(out)
+
+
+def _decode_numbers(data: bytes | bytearray, a: int, b: int) -> list[Any]:
+    out: list[Any] = []
+    while a < b:
+        c = data.find(b",", min(b, a + _SLICE), b)
+        c = b if c < 0 else c
+        out.extend(json.loads(b"[" + data[a:c] + b"]"))
+        a = c + 1
+    return out
+
+
+def _put_back(doc: Any, tag: str, values: list[Any]) -> Any:
+    def value(v: Any) -> Any:
+        if isinstance(v, str) and v.startswith(tag):
+            return values[int(v[len(tag):])]
+        return v
+
+    doc = value(doc)
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for k in list(node):
+                v = node[k]
+                if isinstance(k, str) and k.startswith(tag):
+                    del node[k]
+                    k = values[int(k[len(tag):])]
+                node[k] = value(v)
+                if isinstance(v, (dict, list)):
+                    stack.append(v)
+        elif isinstance(node, list):
+            for idx, v in enumerate(node):
+                if isinstance(v, str) and v.startswith(tag):
+                    node[idx] = values[int(v[len(tag):])]
+                elif isinstance(v, (dict, list)):
+                    stack.append(v)
+    return doc
+
+
+def dumps(obj: Any) -> str:
+    """json.dumps(obj, ensure_ascii=False), with long strings and lists encoded in slices."""
+    parts: list[str] = []
+    _encode(obj, parts)
+    return "".join(parts)
+
+
+def dumps_chunks(obj: Any, size: int = 1 << 20) -> list[bytes]:
+    """dumps(obj) in UTF-8, as pieces of about `size` bytes (to write one at a time: joining 80 MB is itself a
+    long C call)."""
+    parts: list[str] = []
+    _encode(obj, parts)
+    chunks: list[bytes] = []
+    batch: list[str] = []
+    length = 0
+    for part in parts:
+        batch.append(part)
+        length += len(part)
+        if length >= size:
+            chunks.append("".join(batch).encode())
+            batch, length = [], 0
+    if batch:
+        chunks.append("".join(batch).encode())
+    return chunks
+
+
+_SCALARS = (int, float, bool, type(None))
+
+
+def _encode(obj: Any, parts: list[str]) -> None:
+    if isinstance(obj, str):
+        if len(obj) <= _SLICE:
+            parts.append(json.dumps(obj, ensure_ascii=False))
+            return
+        parts.append('"')
+        for k in range(0, len(obj), _SLICE):
+            parts.append(json.dumps(obj[k:k + _SLICE], ensure_ascii=False)[1:-1])
+        parts.append('"')
+    elif isinstance(obj, dict):
+        parts.append("{")
+        for n, (k, v) in enumerate(obj.items()):
+            if n:
+                parts.append(", ")
+            parts.append(json.dumps(k if isinstance(k, str) else json.dumps(k), ensure_ascii=False))
+            parts.append(": ")
+            _encode(v, parts)
+        parts.append("}")
+    elif isinstance(obj, (list, tuple)):
+        parts.append("[")
+        n = 0
+        while n < len(obj):
+            if n:
+                parts.append(", ")
+            if isinstance(obj[n], _SCALARS):  # a run of numbers (and the like): a slice at a time
+                j = n + 1
+                while j < len(obj) and j - n < _SLICE // 8 and isinstance(obj[j], _SCALARS):
+                    j += 1
+                parts.append(json.dumps(obj[n:j])[1:-1])
+                n = j
+            else:
+                _encode(obj[n], parts)
+                n += 1
+        parts.append("]")
+    else:
+        parts.append(json.dumps(obj, ensure_ascii=False))

@@ -1,0 +1,129 @@
+"""Request bodies up to the limit (OLLAMA_PY_MAX_BODY, 64 MiB) do not stall the event loop, and a larger one is a
+413 naming the limit (issues 38 and 34). Before, a worker thread did not help: json.loads, a regex over a 60 MB
+image or a copy of millions of token ids is one C call that holds the GIL, and the loop waited 1-5 s; now such
+work goes a slice at a time (ollama_py/bigjson.py and friends). The client runs in a thread of its own, so its
+work is not the loop's; the bound is generous (structure, not speed: the gaps were seconds, now tens of ms)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from aiohttp import web
+
+from ollama_py import bigjson
+from ollama_py.config import Settings
+from ollama_py.server.app import create_app
+from tests.fakes.gguf_files import write_tiny_gguf
+from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.loop import loop_watch
+from tests.helpers.ports import free_port
+
+STALL = 0.5  # seconds; these bodies held the loop 1.3-5 s before
+
+
+@pytest.fixture
+async def served(tmp_path: Path):
+    """The gateway on a real port over the fake runner, with `tiny` (no vision) and a 64 MiB body limit."""
+    settings = make_settings(tmp_path)
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "tiny.gguf", ctx=1 << 23))
+    runner = web.AppRunner(create_app(settings, scheduler=fake_scheduler(settings)))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def _post(url: str, body: bytes) -> tuple[int, Any, float]:
+    """POST from another thread while the loop is watched: (status, JSON answer, the loop's largest gap)."""
+    async with loop_watch() as gaps:
+        r = await asyncio.to_thread(requests.post, url, data=body, headers={"Content-Type": "application/json"},
+                                    timeout=300)
+    return r.status_code, r.json(), gaps[0]
+
+
+def _image_body(extra: dict[str, Any]) -> bytes:
+    image = base64.b64encode(b"\x89PNG" * (11 << 20)).decode()  # 44 MiB of image, ~60 MB of base64
+    return json.dumps({"model": "tiny", "stream": False, **extra}).replace('"IMAGE"', json.dumps(image)).encode()
+
+
+async def test_a_60_mb_image_is_checked_without_stalling_the_loop(served):
+    status, answer, gap = await _post(served + "/api/generate", _image_body({"prompt": "hi", "images": ["IMAGE"]}))
+    assert status == 400 and answer["error"] == '"tiny" does not support vision'  # read, checked, then refused
+    assert gap < STALL
+    messages = [{"role": "user", "content": "hi", "images": ["IMAGE"]}]
+    status, answer, gap = await _post(served + "/api/chat", _image_body({"messages": messages}))
+    assert status == 400 and answer["error"] == '"tiny" does not support vision'
+    assert gap < STALL
+
+
+async def test_twenty_million_context_ids_are_decoded_without_stalling_the_loop(served):
+    body = b'{"model": "nope", "prompt": "hi", "context": [' + b"7," * 20_000_000 + b'7]}'  # 40 MB
+    status, answer, gap = await _post(served + "/api/generate", body)
+    assert status == 404 and "nope" in answer["error"]  # the body was read and checked whole first
+    assert gap < STALL
+
+
+async def test_a_16_mb_tokenize_does_not_stall_the_loop(served):
+    text = "w " * (8 << 20)
+    status, answer, gap = await _post(served + "/api/tokenize", json.dumps({"model": "tiny", "text": text}).encode())
+    assert status == 200 and len(answer["tokens"]) >= 8 << 20  # every word (the fake counts one more)
+    assert gap < STALL
+
+
+async def test_a_body_past_the_limit_is_a_413_naming_it(tmp_path: Path, aiohttp_client):
+    settings = make_settings(tmp_path, max_body_bytes=1 << 20)
+    client = await aiohttp_client(create_app(settings, scheduler=fake_scheduler(settings)))
+    r = await client.post("/api/generate", data=b'{"model": "tiny", "prompt": "' + b"x" * (2 << 20) + b'"}',
+                          headers={"Content-Type": "application/json"})
+    assert r.status == 413
+    assert (await r.json())["error"] == "request body too large: the limit is 1048576 bytes (OLLAMA_PY_MAX_BODY)"
+
+
+def test_the_limit_is_a_setting():
+    assert Settings.from_env({}).max_body_bytes == 64 << 20
+    assert Settings.from_env({"OLLAMA_PY_MAX_BODY": "1000000"}).max_body_bytes == 1_000_000
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bigjson_reads_and_writes_what_json_does(seed):
+    rng = random.Random(seed)
+    alphabet = ["a", "é", '"', "\\", "\n", "😀", "\ud800", "xxxxxxx", "\u2028", "/", "\x00"]
+    text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300_000)))
+    doc = {"model": "m", "messages": [{"role": "user", "content": text}], text[:10]: [1, 2.5, -3e10, True, None],
+           "context": [rng.randint(0, 10**6) for _ in range(rng.randint(0, 200_000))], "nested": [[1, 2], [3]],
+           "grid": [[rng.random(), rng.randint(-5, 5)] for _ in range(rng.randint(0, 50_000))]}
+    raw = json.dumps(doc).encode()
+    assert bigjson.loads(raw) == json.loads(raw)
+    assert bigjson.dumps(doc) == json.dumps(doc, ensure_ascii=False)
+    clean = json.loads(json.dumps(doc).replace("\\ud800", ""))  # UTF-8 holds no lone surrogate
+    assert b"".join(bigjson.dumps_chunks(clean)) == json.dumps(clean, ensure_ascii=False).encode()
+
+
+@pytest.mark.parametrize("offset", range(0, 14))
+def test_bigjson_never_splits_an_escape_or_a_surrogate_pair(offset):
+    body = b"a" * (65536 - offset)
+    for raw in (b'{"s": "' + body + b'\\ud83d\\ude00' + b"c" * 70000 + b'"}',
+                b'{"s": "' + body + b'\\\\ud83d' + b"c" * 70000 + b'"}',
+                b'{"s": "' + body + b'\\\\\\"\\n\\u00e9' + b"c" * 70000 + b'"}'):
+        assert bigjson.loads(raw) == json.loads(raw)
+
+
+@pytest.mark.parametrize("raw", [
+    pytest.param(b'{"a": "' + b"x" * 300_000, id="unterminated-string"),
+    pytest.param(b'{"a": [' + b"1," * 200_000 + b"]}", id="trailing-comma"),
+    pytest.param(b'{"a": [' + b"1," * 200_000 + b"1}", id="unclosed-array"),
+    pytest.param(b'{"a": "' + b"x" * 300_000 + b'\\q"}', id="bad-escape"),
+])
+def test_bigjson_refuses_what_json_refuses(raw):
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    with pytest.raises(ValueError):
+        bigjson.loads(raw)
