@@ -217,6 +217,7 @@ class Metrics:
             gpu_probe if gpu_probe is not None else nvidia_gpus(dict(os.environ)))
         self._scrape_timeout = scrape_timeout
         self._crashed: set[str] = set()
+        self._deleted: set[str] = set()  # deleted models: their runners' last events (unloaded...) are not counted
         # Per model name, every (metric, label values) it has a series under: dropped when the model is deleted.
         self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}
         self._render_lock = asyncio.Lock()
@@ -275,9 +276,14 @@ class Metrics:
             with contextlib.suppress(KeyError):
                 metric.remove(*values)
         self._crashed.discard(name)
+        self._deleted.add(name)
 
     def on_scheduler_event(self, event: str, loaded: Loaded) -> None:
         name = loaded.name
+        if event == "loaded":
+            self._deleted.discard(name)  # created again under that name
+        elif name in self._deleted:
+            return  # the runner of a deleted model stopping: its series are gone and stay gone
         if event == "loaded":
             self._of(self.loads, name, name).inc()
             self._of(self.load_duration, name, name).observe(loaded.runner.load_duration)
