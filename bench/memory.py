@@ -49,10 +49,12 @@ def distinct_prompt(i: int, tokens: int) -> str:
     return f"Document {i * 7919}: " + " ".join(f"item{i}x{j}" for j in range(tokens // 6))
 
 
-def rss_curve(model: Path, cap: int | None, prompts: int, tokens: int) -> list[dict[str, Any]]:
+def rss_curve(model: Path, cap: str, prompts: int, tokens: int) -> list[dict[str, Any]]:
+    """cap: MiB, "none" (8192: llama-server's default) or "auto" (ollama-py's default: OLLAMA_CACHE_RAM unset)."""
     with tempfile.TemporaryDirectory() as d:
-        env = {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_CACHE_RAM": str(cap if cap is not None else 8192),
-               "OLLAMA_PY_PROMPT_CACHE_DISK": "0"}
+        env = {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_PY_PROMPT_CACHE_DISK": "0"}
+        if cap != "auto":
+            env["OLLAMA_CACHE_RAM"] = "8192" if cap == "none" else cap
         serve = start_serve(Path(d), env)
         try:
             create_model(serve.url, "m", model)
@@ -152,7 +154,8 @@ def main() -> None:
     ap.add_argument("--model", type=Path, required=True)
     ap.add_argument("--prompts", type=int, default=14)
     ap.add_argument("--tokens", type=int, default=2000, help="about this many tokens per prompt (part 1)")
-    ap.add_argument("--caps", default="none,64", help="comma-separated OLLAMA_CACHE_RAM MiB; none = 8192")
+    ap.add_argument("--caps", default="none,auto,64",
+                    help="comma-separated OLLAMA_CACHE_RAM MiB; none = 8192 (llama-server's), auto = unset (ours)")
     ap.add_argument("--turns", type=int, default=12, help="conversation rounds before turn N+1 (~3k tokens)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-rss", action="store_true")
@@ -160,11 +163,10 @@ def main() -> None:
     args = ap.parse_args()
     result: dict[str, Any] = {"load_before": load_average()}
     if not args.skip_rss:
-        caps = [None if c == "none" else int(c) for c in args.caps.split(",")]
-        curves = {str(c): rss_curve(args.model, c, args.prompts, args.tokens) for c in caps}
+        curves = {c: rss_curve(args.model, c, args.prompts, args.tokens) for c in args.caps.split(",")}
         result["rss"] = curves
-        headers = ["prompt", "tokens", *[f"RSS MiB, cap {c if c != 'None' else '8192 (llama-server default)'}"
-                                         for c in curves]]
+        names = {"none": "8192 (llama-server's default)", "auto": "auto (ours: the KV cache's size)"}
+        headers = ["prompt", "tokens", *[f"RSS MiB, cap {names.get(c, c)}" for c in curves]]
         first = next(iter(curves.values()))
         rows = [[str(r["prompt"]), str(r["prompt_tokens"]), *[str(curves[c][i]["rss_mib"]) for c in curves]]
                 for i, r in enumerate(first)]
