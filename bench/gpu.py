@@ -556,6 +556,10 @@ class Run:
                    f"(GPU: {fmt(self.cuda_decode.get(name))}); warm-up answered {got['tokens']} token(s)")
 
     def partial(self, report: Report, name: str) -> None:
+        if self.serve is not None:  # its runners' memory must be back before "free" is read
+            self.serve.stop()
+            self.serve = None
+            time.sleep(1.0)
         free = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
                                   capture_output=True, text=True, timeout=30).stdout.split()[0])
         overhead = max(free - 3000, 0) * MIB
