@@ -38,6 +38,7 @@ from ollama_py.runner.client import LlamaClient, RunnerStalled
 from ollama_py.runner.load_progress import LoadReport
 from ollama_py.runner.process import RunnerProcess, RunnerState
 from ollama_py.scheduler import policy
+from ollama_py.template.jinja_chat import JinjaLimit, check_gguf_chat_templates
 
 if TYPE_CHECKING:
     from ollama_py.store.models import Model
@@ -140,6 +141,7 @@ class Scheduler:
         self._changed = asyncio.Condition()
         self._closed = False
         self.listeners: list[Callable[[str, Loaded], None]] = []  # ("loaded"|"unloaded"|"crashed"|"evicted", l)
+        self._templates_checked: dict[str, OllamaError | None] = {}  # model digest -> its template's verdict
 
     # -- public -------------------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -249,6 +251,25 @@ class Scheduler:
             loaded.runner.kill_now()
 
     # -- internals ----------------------------------------------------------------------------------------
+    async def _check_chat_template(self, model: Model) -> None:
+        """llama-server applies the GGUF's chat template at load: one that loops or explodes (a 23 GB runner in
+        40 s) never reaches a runner. /api/create refuses such a model; this is the same bounded check, once per
+        model, for one that did not come through it (pulled, or stored before the check)."""
+        digest = getattr(model, "digest", None)  # the scheduler's own tests pass bare stand-ins
+        info = getattr(model, "info", None)
+        if digest is None or info is None:
+            return
+        if digest not in self._templates_checked:
+            verdict: OllamaError | None = None
+            try:
+                await asyncio.to_thread(check_gguf_chat_templates, info.kv)
+            except JinjaLimit as e:
+                verdict = e
+            self._templates_checked[digest] = verdict
+        error = self._templates_checked[digest]
+        if error is not None:
+            raise JinjaLimit(str(error))
+
     async def _make_plan(self, model: Model, options: dict[str, Any], embedding: bool) -> LoadPlan:
         """The plan seam may be async (the real one asks RPC workers for their memory without blocking)."""
         plan = self._plan(model, options, embedding)
@@ -257,6 +278,7 @@ class Scheduler:
     async def _reserve(self, model: Model, options: dict[str, Any], keep_alive: float | None,
                        embedding: bool) -> Loaded:
         """Find or start the runner for this request and take a reference on it (under the lock)."""
+        await self._check_chat_template(model)
         plan = await self._make_plan(model, options, embedding)
         async with self._changed:
             while True:

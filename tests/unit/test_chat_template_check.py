@@ -52,3 +52,42 @@ async def test_ordinary_and_unjudgeable_templates_are_created(client, tmp_path):
     for name, template in (("chatml", CHATML_TEMPLATE), ("odd", "{% frobnicate %}{{ messages }}")):
         status, text = await _create(client, tmp_path, name, template)
         assert status == 200, text
+
+
+async def test_a_stored_model_with_a_runaway_template_never_reaches_a_runner(tmp_path: Path, aiohttp_client):
+    """A model that did not come through /api/create's check (pulled from a registry, or stored before it) is
+    refused at load with the same 400: the check runs before the runner would apply the template."""
+    from ollama_py.api.names import parse_name
+    from ollama_py.scheduler.factory import plan_load
+    from ollama_py.scheduler.scheduler import Scheduler
+    from ollama_py.store.manifests import MEDIA_MODEL, Layer, Manifest
+    from ollama_py.store.models import ModelStore
+    from tests.helpers.app import create_tiny_model, fake_runner_factory
+
+    settings = make_settings(tmp_path)
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "good.gguf", chat_template=CHATML_TEMPLATE), "good")
+    store = ModelStore(settings.models)
+    bomb = write_tiny_gguf(tmp_path / "bomb.gguf", chat_template="{% for i in range(100000000) %}x{% endfor %}")
+    digest, size = store.blobs.write_file(bomb)
+    good = store.manifests.get(parse_name("good"))
+    layers = [Layer(MEDIA_MODEL, digest, size) if layer.media_type == MEDIA_MODEL else layer for layer in good.layers]
+    store.manifests.put(parse_name("pulled"), Manifest.build(good.config, layers))  # as a pull would write it
+    runners_started: list[str] = []
+    fake = fake_runner_factory(settings)
+
+    def counting_factory(plan, name, on_exit):  # the scheduler's runner seam, counting the runners it starts
+        runners_started.append(name)
+        return fake(plan, name, on_exit)
+
+    scheduler = Scheduler(settings, plan=lambda m, o, e: plan_load(settings, [], 1 << 40, m, o, e),
+                          runner_factory=counting_factory)
+    client = await aiohttp_client(create_app(settings, scheduler=scheduler))
+    for path, body in (("/api/generate", {"model": "pulled", "prompt": "hi"}),
+                       ("/api/chat", {"model": "pulled", "messages": [{"role": "user", "content": "hi"}]})):
+        r = await client.post(path, json={**body, "stream": False})
+        assert r.status == 400, await r.text()
+        assert "chat template" in (await r.json())["error"]
+    assert runners_started == []
+    r = await client.post("/api/generate", json={"model": "good", "prompt": "hi", "stream": False,
+                                                 "options": {"num_predict": 1}})
+    assert r.status == 200 and len(runners_started) == 1
