@@ -165,10 +165,17 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
 
 def _joined(ids: list[int], prompt: str) -> list[Any]:
     """[*ids, prompt], copied 64k items per step (one copy of millions holds the GIL, so the loop, ~0.1 s)."""
-    out: list[Any] = []
-    for k in range(0, len(ids), 1 << 16):
-        out.extend(ids[k:k + (1 << 16)])
+    out: list[Any] = _concat(ids)
     out.append(prompt)
+    return out
+
+
+def _concat(*lists: list[Any]) -> list[Any]:
+    """The lists one after another, copied 64k items per step (see _joined)."""
+    out: list[Any] = []
+    for items in lists:
+        for k in range(0, len(items), 1 << 16):
+            out.extend(items[k:k + (1 << 16)])
     return out
 
 
@@ -398,7 +405,10 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
         context = [*prompt, *out.tokens]  # a prompt cut to fit, as token ids
     elif req.want_context:
         prompt_tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
-        context = [*(req.context or []), *prompt_tokens, *out.tokens]
+        if len(req.context or ()) + len(prompt_tokens) > 100_000:  # millions of ids: copied a slice at a time
+            context = await asyncio.to_thread(_concat, req.context or [], prompt_tokens, out.tokens)
+        else:
+            context = [*(req.context or []), *prompt_tokens, *out.tokens]
     text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in out.text)
     fitted = out.fitted
     return Final(

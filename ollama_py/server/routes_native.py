@@ -23,6 +23,7 @@ from ollama_py.api.wire import (
     Tool,
 )
 from ollama_py.errors import BadRequest
+from ollama_py.fastjson import dumps
 from ollama_py.server import embeddings, logprobs
 from ollama_py.server.appkeys import SCHEDULER
 from ollama_py.server.bodies import (
@@ -39,7 +40,7 @@ from ollama_py.server.completion import CompletionRequest, Delta, Final, run_com
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
 from ollama_py.server.rendering import parse_off_loop
-from ollama_py.server.streaming import Lane, collect, ndjson, ndjson_line, now_rfc3339
+from ollama_py.server.streaming import Lane, collect, encode_long, long_context, ndjson, ndjson_line, now_rfc3339
 from ollama_py.store.models import rfc3339
 
 if TYPE_CHECKING:
@@ -111,7 +112,14 @@ async def _reply(request: web.Request, body: dict[str, Any],
     if _streaming(body):
         return await ndjson(request, events, lane)
     items = await collect(events)
-    return web.json_response(_merge(items))
+    merged = _merge(items)
+    if long_context(merged):  # millions of context ids: encoded a slice at a time, off the loop
+        return web.Response(body=await encode_long(json_body, merged), content_type="application/json")
+    return web.json_response(merged)
+
+
+def json_body(obj: Any) -> bytes:
+    return dumps(obj).encode()
 
 
 def _merge(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -269,7 +269,32 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
 
 async def _relay(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes]) -> None:
     async for event in events:
-        await resp.write(encode(event))
+        await resp.write(encode(event) if not long_context(event) else await encode_long(encode, event))
+
+
+_LONG_CONTEXT = 100_000  # ids of /api/generate's `context` encoded on the loop; more go a slice at a time
+
+
+def long_context(event: Any) -> bool:
+    """The final /api/generate chunk of a long conversation: its `context` is millions of ids (one encoder call
+    over them held the loop ~0.1 s per million)."""
+    return isinstance(event, dict) and isinstance(event.get("context"), list) and len(event["context"]) > _LONG_CONTEXT
+
+
+async def encode_long(encode: Callable[[Any], bytes], event: dict[str, Any]) -> bytes:
+    """encode(event), with its long `context` written in slices in a worker thread (compact, as fastjson writes
+    it), so that no single call holds the GIL for long."""
+    ids = event["context"]
+    marker = b'"\\u0000context\\u0000"'  # the placeholder string, as the encoder escapes it
+    head = encode({**event, "context": "\x00context\x00"})
+
+    def ids_json() -> bytes:
+        step = 1 << 16
+        parts = [dumps(ids[k:k + step])[1:-1] for k in range(0, len(ids), step)]
+        return ("[" + ",".join(p for p in parts if p) + "]").encode()
+
+    before, _, after = head.partition(marker)
+    return before + await asyncio.to_thread(ids_json) + after
 
 
 async def _pump(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes]) -> None:

@@ -127,3 +127,16 @@ def test_bigjson_refuses_what_json_refuses(raw):
         json.loads(raw)
     with pytest.raises(ValueError):
         bigjson.loads(raw)
+
+
+async def test_a_long_context_is_written_as_the_encoder_writes_it():
+    """/api/generate's final chunk with millions of context ids is encoded a slice at a time, off the loop: the
+    same bytes as the one-call encoder (streamed NDJSON line and stream:false body)."""
+    from ollama_py.fastjson import dumps
+    from ollama_py.server.streaming import encode_long, long_context, ndjson_line
+
+    event = {"model": "m", "response": "é\x00", "done": True, "context": list(range(300_000)), "eval_count": 2}
+    assert long_context(event) and not long_context({**event, "context": [1, 2]})
+    assert await encode_long(ndjson_line, event) == ndjson_line(event)
+    assert await encode_long(lambda o: dumps(o).encode(), event) == dumps(event).encode()
+    assert json.loads(await encode_long(ndjson_line, event))["context"] == event["context"]
