@@ -69,7 +69,7 @@ def events(resp: requests.Response) -> list[dict]:
     (["--model", "/m", "--port", "9", "-c", "8192", "-np", "2"], ServerArgs(model="/m", port=9, ctx_size=8192,
                                                                             parallel=2)),
     (["-m", "/m", "--keep", "-1", "--flash-attn", "on", "--no-webui", "--metrics"], ServerArgs(model="/m",
-                                                                                               metrics=True)),
+                                                                                               metrics=True, keep=-1)),
     (["--model=/m", "--some-new-flag", "v", "--embeddings", "--pooling", "none"],
      ServerArgs(model="/m", embedding=True, pooling="none")),
     (["--model", "/m", "--unknown-switch", "--jinja", "-ngl", "99"], ServerArgs(model="/m", n_gpu_layers="99")),
