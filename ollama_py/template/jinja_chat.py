@@ -58,6 +58,14 @@ class JinjaUnsupported(Exception):
     error at render time."""
 
 
+# What llama-server renders a model with that carries no chat template: every message as
+# <|im_start|>role\ncontent<|im_end|>\n, then <|im_start|>assistant\n for the answer.
+DEFAULT_CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ChatTemplate:
     """A GGUF's chat template and the tokens llama-server renders it with."""
@@ -127,10 +135,16 @@ def chat_template_from_kv(kv: dict[str, Any], tools: bool, source: str | None = 
     tokens' text and whether the vocabulary adds them (llama.cpp's defaults by tokenizer where the GGUF is
     silent)."""
     if source is None:
-        source = kv.get("tokenizer.chat_template.tool_use") if tools else None
-        source = source if isinstance(source, str) else kv.get("tokenizer.chat_template")
-    if not isinstance(source, str) or not source or source == "chatml":
+        tool_use = kv.get("tokenizer.chat_template.tool_use")
+        default = kv.get("tokenizer.chat_template")
+        source = tool_use if tools and isinstance(tool_use, str) and tool_use else default
+        if not isinstance(source, str) or not source or source == "chatml":
+            # llama-server's choice for a GGUF without a template: the tool_use one, else plain ChatML
+            source = tool_use if isinstance(tool_use, str) and tool_use else DEFAULT_CHATML
+    if not isinstance(source, str) or not source:
         return None
+    if source == "chatml":
+        source = DEFAULT_CHATML
     tokens = kv.get("tokenizer.ggml.tokens")
     vocab = kv.get("tokenizer.ggml.model")
 

@@ -1,6 +1,6 @@
 """Our in-process rendering of GGUF chat templates against the real llama-server's /apply-template (issue 38), on
 every template the pinned llama.cpp source carries (models/templates, the ones llama.cpp tests its own engine with)
-and on the SmolLM2 and Gemma GGUFs' own templates: for each conversation the gateway sends to the runner, one of
+and on the SmolLM2 GGUF's own template and Gemma's (it has none: llama-server's ChatML): for each conversation the gateway sends to the runner, one of
 the renders server/rendering.py tries must equal the runner's prompt, so the gateway renders it in-process; the
 few it cannot match are listed with the reason, and there the runner keeps rendering (checked too)."""
 

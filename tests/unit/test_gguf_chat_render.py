@@ -25,6 +25,7 @@ async def client(tmp_path: Path, aiohttp_client):
     settings = make_settings(tmp_path)
     create_tiny_model(settings, write_tiny_gguf(tmp_path / "same.gguf", chat_template=CHATML_TEMPLATE), "same")
     create_tiny_model(settings, write_tiny_gguf(tmp_path / "other.gguf", chat_template=OTHER_TEMPLATE), "other")
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "plain.gguf"), "plain")  # no template: ChatML
     log = tmp_path / "requests.jsonl"
     c = await aiohttp_client(create_app(settings, scheduler=fake_scheduler(settings, {"FAKE_LOG_FILE": str(log)})))
 
@@ -76,3 +77,11 @@ async def test_where_the_runner_renders_differently_the_runner_renders_every_tim
         await _chat(client, "other", messages)
     assert len(client.sent("apply-template")) == 3
     assert [b["prompt"] for b in client.sent("completion")] == [chatml(messages)] * 3  # the runner's prompt
+
+
+async def test_a_gguf_without_a_template_renders_llama_servers_chatml_here(client):
+    turns = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
+    for messages in turns:
+        await _chat(client, "plain", messages)
+    assert len(client.sent("apply-template")) == 1
+    assert [b["prompt"] for b in client.sent("completion")] == [chatml(m) for m in turns]
