@@ -1,8 +1,9 @@
 """Our in-process rendering of GGUF chat templates against the real llama-server's /apply-template (issue 38), on
-every template the pinned llama.cpp source carries (models/templates, the ones llama.cpp tests its own engine with)
-and on the SmolLM2 GGUF's own template and Gemma's (it has none: llama-server's ChatML): for each conversation the gateway sends to the runner, one of
-the renders server/rendering.py tries must equal the runner's prompt, so the gateway renders it in-process; the
-few it cannot match are listed with the reason, and there the runner keeps rendering (checked too)."""
+every template the pinned llama.cpp source carries (models/templates, the ones llama.cpp tests its own engine with),
+on the SmolLM2 GGUF's own template, and on Gemma's (it has none: llama-server's ChatML). For each conversation the
+gateway sends to the runner, one of the renders server/rendering.py tries must equal the runner's prompt, so the
+gateway renders it in-process; the few it cannot match are listed with the reason, and there the runner keeps
+rendering (checked too)."""
 
 from __future__ import annotations
 
