@@ -114,14 +114,15 @@ def gpu(free: int) -> GpuInfo:
 
 def test_on_a_gpu_four_slots_only_when_they_all_fit_on_it(tmp_path: Path, model: SimpleNamespace) -> None:
     roomy = plan(tmp_path, model, gpus=(gpu(8 * GiB),), options={"num_ctx": 2048})
-    assert roomy.spec.parallel == 4 and roomy.size_vram == roomy.size
+    # all of the model on the GPU: only the prompt cache's cap (host memory, --cache-ram) is not in size_vram
+    assert roomy.spec.parallel == 4 and roomy.size_vram == roomy.size - roomy.cache_ram
     one = plan(tmp_path, model, gpus=(gpu(8 * GiB),), options={"num_ctx": 2048}, num_parallel=1)
     four = roomy
     # room on the GPU for everything with one slot, not with four: one slot, still fully offloaded
     tight = plan(tmp_path, model, gpus=(gpu(GPU_MINIMUM["cuda"] + (one.size_vram + four.size_vram) // 2),),
                  options={"num_ctx": 2048})
     assert tight.spec.parallel == 1
-    assert tight.size_vram == tight.size
+    assert tight.size_vram == tight.size - tight.cache_ram
 
 
 async def test_slot_waiters_count_against_the_queue_bound(tmp_path: Path, tiny_gguf: Path,
