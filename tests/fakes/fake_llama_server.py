@@ -73,6 +73,7 @@ import base64
 import hashlib
 import json
 import math
+import mmap
 import os
 import re
 import signal
@@ -841,13 +842,13 @@ def _stop_words(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
-_HELD: list[bytearray] = []  # FAKE_ALLOCATE_MIB's allocations, kept like a leak
+_HELD: list[mmap.mmap] = []  # FAKE_ALLOCATE_MIB's allocations, kept like a leak
 
 
 def _allocate(state: FakeServer, mib: int) -> None:
     try:
-        _HELD.append(bytearray(mib << 20))  # zeroed pages: address space, resident only where written
-    except MemoryError:
+        _HELD.append(mmap.mmap(-1, mib << 20))  # address space, never written: costs no memory without a limit
+    except (MemoryError, OSError):
         _log("terminate called after throwing an instance of 'std::bad_alloc'", "E")
         _log("  what():  std::bad_alloc", "E")
         _die(-signal.SIGABRT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import time
@@ -226,3 +227,27 @@ async def test_without_a_limit_the_same_runner_keeps_going(tmp_path: Path) -> No
             assert await generate(loaded) == "The quick"
     finally:
         await sched.shutdown()
+
+
+async def test_a_client_is_told_which_model_exceeded_which_limit(tmp_path: Path, tiny_gguf: Path, aiohttp_client: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real runner factory (a CPU build: the fake as runners/cpu) sizes the limit from the plan."""
+    from ollama_py.scheduler.factory import plan_load, runner_factory
+    from ollama_py.server.app import create_app
+    from tests.helpers.app import create_tiny_model, make_settings
+    from tests.helpers.processes import fake_runners_dir
+
+    monkeypatch.setenv("FAKE_ALLOCATE_MIB", "8192")  # address space only: harmless where no limit applies
+    statuses = []
+    for limited in (False, True):
+        settings = make_settings(tmp_path / str(limited), runners_dir=fake_runners_dir(tmp_path),
+                                 runner_memory_limit=limited)
+        create_tiny_model(settings, tiny_gguf)
+        sched = Scheduler(settings, plan=lambda m, o, e, s=settings: plan_load(s, [], 1 << 40, m, o, e),
+                          runner_factory=runner_factory(settings))
+        client = await aiohttp_client(create_app(settings, scheduler=sched))
+        resp = await client.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False})
+        statuses.append(resp.status)
+    assert statuses == [200, 500]  # OLLAMA_PY_RUNNER_MEMORY_LIMIT=false: no limit
+    error = (await resp.json())["error"]
+    assert re.match(r"model 'tiny:latest' exceeded its memory limit of \d+\.\d GiB: .*bad_alloc", error), error
