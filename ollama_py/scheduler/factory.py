@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +177,48 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
                     size_vram=size_vram, vram_reserve=placement.reserve if size_vram else 0,
                     context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
                     gpus=None if runner.devices is None else tuple(g.uuid for g in gpus))
+
+
+class Planner:
+    """The real scheduler's plan seam: plan_load with the model's config-file settings (`models(model)`, None for
+    none), each plan remembered so that the next request for the same runner does not estimate it again.
+
+    A plan depends on the model (name and manifest digest: a model created again under its name is a new one),
+    its config-file settings as they are now (a reload that changes them plans anew), the request's load options
+    (_LOAD_KEYS: plan_load is given only those, so no other option can change a plan) and the RPC workers' free
+    memory; the GPUs and free memory are the ones probed at start (the scheduler asks for free memory itself, per
+    load). A remembered plan still checks that the model's blobs are on disk (a stat, as plan_load does)."""
+
+    LIMIT = 256  # plans remembered; past it the oldest goes
+
+    def __init__(self, settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: int,
+                 workers_free: Callable[[tuple[str, ...]], Awaitable[dict[str, int]]],
+                 models: Callable[[Model], model_settings.ModelSettings] | None = None) -> None:
+        self._settings, self._gpus, self._system_free = settings, gpus, system_free
+        self._workers_free, self._models = workers_free, models
+        self._plans: dict[tuple[Any, ...], tuple[model_settings.ModelSettings | None, LoadPlan]] = {}
+
+    async def __call__(self, model: Model, options: dict[str, Any], embedding: bool) -> LoadPlan:
+        settings = self._settings
+        load = {k: options[k] for k in _LOAD_KEYS if options.get(k) is not None}
+        free = await self._workers_free(rpc.workers_for(load.get("rpc_servers"), settings.rpc_servers))
+        ms = self._models(model) if self._models is not None else None
+        key = (str(model.name), model.digest, embedding, repr(sorted(load.items())), tuple(sorted(free.items())))
+        known = self._plans.get(key)
+        if known is not None and known[0] == ms:
+            _shape_of_stored(model)  # a blob deleted behind our back is still a 404 naming the model
+            return known[1]
+        if ms is None:
+            plan = plan_load(settings, self._gpus, self._system_free, model, load, embedding, lambda servers: free)
+        else:
+            plan = model_settings.plan_with_settings(
+                ms, settings, load, lambda s, o, r: plan_load(s, self._gpus, self._system_free, model, o, embedding,
+                                                              lambda servers: free, r))
+        self._plans.pop(key, None)
+        self._plans[key] = (ms, plan)
+        if len(self._plans) > self.LIMIT:
+            del self._plans[next(iter(self._plans))]
+        return plan
 
 
 GPU_VARIANTS = frozenset({"cuda", "vulkan", "metal"})
@@ -384,17 +426,9 @@ def default_scheduler(settings: Settings,
 
     workers = rpc.WorkerProbe(lambda: next(iter(variants.built_variants(settings.runners_dir).values()), None))
 
-    async def plan(model: Model, options: dict[str, Any], embedding: bool) -> LoadPlan:
-        free = await workers.free(rpc.workers_for(options.get("rpc_servers"), settings.rpc_servers))
-        if models is None:
-            return plan_load(settings, gpus, system.free, model, options, embedding, lambda servers: free)
-        return model_settings.plan_with_settings(
-            models(model), settings, options,
-            lambda s, o, r: plan_load(s, gpus, system.free, model, o, embedding, lambda servers: free, r))
-
     scheduler = Scheduler(
         settings,
-        plan=plan,
+        plan=Planner(settings, gpus, system.free, workers.free, models),
         runner_factory=runner_factory(settings, host=host),
         free_memory=free_memory,
         gpu_count=len(gpus),
