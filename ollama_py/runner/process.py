@@ -124,10 +124,9 @@ _OUT_OF_MEMORY = ("bad_alloc", "memoryerror", "out of memory", "failed to alloca
 
 
 def exceeded_limit(returncode: int | None, lines: Iterable[str]) -> bool:
-    """Whether a dead runner looks killed by its memory limit: an allocation failure in its last lines, or SIGKILL
-    (what the kernel's OOM killer sends)."""
-    if returncode == -signal.SIGKILL:
-        return True
+    """Whether a dead runner looks killed by its memory limit: an allocation failure in its last lines (RLIMIT_AS
+    makes allocations fail; it never sends a signal). A SIGKILL is not taken for it: that comes from the system's
+    OOM killer or from someone's `kill -9`, and the limit was not what ended the runner."""
     return any(marker in line.lower() for line in list(lines)[-40:] for marker in _OUT_OF_MEMORY)
 
 
