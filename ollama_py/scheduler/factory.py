@@ -249,9 +249,6 @@ class VariantRunner(RunnerProcess):
             first = await asyncio.to_thread(shards.link_shards, self.spec.shards, self._shard_links)
             self.spec = dataclasses.replace(self.spec, model=first)
         while True:
-            # each variant with its own libraries (a cuda runner's libcudart and cuBLAS: build-info's library_path)
-            self._env = variants.runner_env(self.candidates[0][1], os.environ if self._base_env is None
-                                            else self._base_env)
             try:
                 return await super().ensure_ready()
             except RunnerLoadError as e:
@@ -270,6 +267,13 @@ class VariantRunner(RunnerProcess):
                 self.candidates.pop(0)
                 log.warning("runner variant %s: %s; falling back to %s", failed, reason, self.variant)
                 self.reset()
+
+    async def _spawn(self) -> None:
+        # each variant with its own libraries (a cuda runner's libcudart and cuBLAS: build-info's library_path),
+        # read as each start begins: a ready runner's requests read no file
+        self._env = variants.runner_env(self.candidates[0][1], os.environ if self._base_env is None
+                                        else self._base_env)
+        await super()._spawn()
 
     async def _leave_out_unreachable_workers(self) -> None:
         """Before the first start: load without the RPC workers that do not answer (all gone: fail)."""

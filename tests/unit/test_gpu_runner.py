@@ -78,6 +78,44 @@ async def test_the_cuda_runner_starts_with_the_libraries_it_was_built_with(tmp_p
         await started.stop()
 
 
+_OPENED: list[str] | None = None  # files opened while a test watches (an audit hook: nothing of ours is patched)
+
+
+def _record_open(event: str, args: tuple) -> None:
+    if event == "open" and _OPENED is not None:
+        _OPENED.append(str(args[0]))
+
+
+async def test_a_ready_runners_next_request_reads_no_file_and_a_restart_reads_its_libraries_again(
+        tmp_path: Path) -> None:
+    global _OPENED
+    runners = tmp_path / "runners"
+    runner(runners, "cuda", f'exec {sys.executable} {FAKE_SERVER} "$@"', libs=tmp_path / "cuda-toolkit-13" / "lib")
+    settings = make_settings(tmp_path, runners_dir=runners)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    host = variants.HostInfo(machine="x86_64", system="Linux", cpu_flags=frozenset(), nvidia_gpus=1)
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    started = runner_factory(settings, env=env, host=host)(
+        LoadPlan(key="m", spec=LaunchSpec(model=model, num_ctx=512), load_options={}), "m", lambda r: None)
+    if not getattr(_record_open, "installed", False):
+        sys.addaudithook(_record_open)
+        _record_open.installed = True  # type: ignore[attr-defined]
+    try:
+        await started.ensure_ready()
+        _OPENED = []
+        await started.ensure_ready()  # what every request through a loaded model does
+        assert not _OPENED
+        _OPENED = None
+        await started.stop()
+        started.reset()
+        await started.ensure_ready()  # started again: with its libraries, read from build-info.json again
+        assert started.variant == "cuda"
+    finally:
+        _OPENED = None
+        await started.stop()
+
+
 def test_the_runners_device_list_is_taken_with_its_libraries(tmp_path: Path) -> None:
     runners = tmp_path / "runners"
     runner(runners, "vulkan", list_devices_script("Vulkan0: NVIDIA H200 (143771 MiB, 143000 MiB free)"),
