@@ -120,6 +120,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     rpc_servers = rpc.workers_for(options.get("rpc_servers"), settings.rpc_servers)  # Modelfile PARAMETER
     n_gpu_layers = placement.n_gpu_layers
     size, size_vram = placement.size, placement.size_vram
+    vram_need = sum(placement.gpu_bytes) if size_vram else 0
     tensor_split = tuple(placement.tensor_split or ())
     if rpc_servers:
         workers = workers_free(rpc_servers)
@@ -129,7 +130,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
             rpc_devices = [gpu_probe.GpuInfo(i, endpoint, f"RPC{i}", "rpc", workers[endpoint], workers[endpoint], "",
                                              "") for i, endpoint in enumerate(rpc_servers)]
             on_workers = memory.place(est, rpc_devices, num_gpu=num_gpu, spread=True, system_free=system_free)
-            n_gpu_layers, size, size_vram = on_workers.n_gpu_layers, on_workers.host_bytes, 0
+            n_gpu_layers, size, size_vram, vram_need = on_workers.n_gpu_layers, on_workers.host_bytes, 0, 0
             tensor_split = tuple(on_workers.tensor_split or ())
         elif num_gpu < 0:
             # Memory of a worker unknown, or local GPUs too: offload every layer and let llama.cpp split them
@@ -146,6 +147,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         size += draft_bytes
         if size_vram and n_gpu_layers != 0:
             size_vram += draft_bytes
+            vram_need += draft_bytes
     spec = LaunchSpec(
         model=model.model_path,
         shards=tuple(getattr(model, "shards", ())),
@@ -174,7 +176,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size, cache_ram=cache_ram,
-                    size_vram=size_vram, vram_reserve=placement.reserve if size_vram else 0,
+                    size_vram=size_vram, vram_need=vram_need, vram_reserve=placement.reserve if size_vram else 0,
                     context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
                     gpus=None if runner.devices is None else tuple(g.uuid for g in gpus))
 

@@ -61,6 +61,9 @@ class LoadPlan:
     load_options: dict[str, Any]
     size: int = 0  # all of it: weights, KV cache, buffers and the prompt cache's cap
     size_vram: int = 0
+    # what the plan really puts on GPUs (size_vram reads as Ollama's: the whole size once every layer is offloaded,
+    # though llama.cpp keeps the input embeddings in host memory); 0: size_vram. What a GPU's free memory must hold.
+    vram_need: int = 0
     # device memory the runner's own context takes beyond size_vram (memory.GPU_MINIMUM of each GPU it uses); the
     # free_memory seam leaves it out of what a plan may fill
     vram_reserve: int = 0
@@ -315,7 +318,7 @@ class Scheduler:
                 residents = [entry.resident() for entry in self.loaded.values() if not entry.unloading]
                 stopping = any(entry.unloading for entry in self.loaded.values())
                 free = await asyncio.to_thread(self._free_memory, plan)  # a device probe: off the loop
-                need = plan.size_vram or plan.size
+                need = (plan.vram_need or plan.size_vram) or plan.size
                 if not stopping and policy.never_fits(residents, need, free, vram=bool(plan.size_vram)):
                     raise _insufficient(model, plan, need, free or 0, residents)
                 if policy.must_evict(residents, self.max_runners, need, free) or (

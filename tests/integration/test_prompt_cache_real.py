@@ -68,7 +68,7 @@ def test_the_runners_memory_stops_growing_at_its_prompt_cache_cap(serve_with) ->
 
 
 def test_after_keep_alive_0_and_a_reload_the_same_prompt_starts_from_its_cache(serve_with) -> None:
-    pid, url = serve_with({})
+    pid, url = serve_with({"OLLAMA_PY_PROMPT_CACHE_DISK": "4096"})  # the default, which tests' serves turn off
     prompt = distinct_prompt(1, 1800)
     first = generate(url, prompt)
     assert first["prompt_eval_count"] > 1500

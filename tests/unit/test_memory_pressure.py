@@ -44,13 +44,15 @@ def scheduler(tmp_path: Path, *, sizes: dict[str, int] | None = None,
               free_memory: Callable[[LoadPlan], int | None] = lambda p: None,
               on_start: Callable[[LoadPlan, RunnerProcess], None] = lambda plan, runner: None,
               on_exit: Callable[[RunnerProcess], None] = lambda runner: None,
-              fake_env: dict[str, str] | None = None, memory_limit: int | None = None, **kw: Any) -> Scheduler:
+              fake_env: dict[str, str] | None = None, memory_limit: int | None = None,
+              vram: tuple[int, int] | None = None, **kw: Any) -> Scheduler:
     settings = Settings.from_env({"OLLAMA_MODELS": str(tmp_path)}, **kw.pop("settings", {}))
 
     def plan(m: FakeModel, options: dict, embedding: bool) -> LoadPlan:
         spec = LaunchSpec(model=m.model_path, num_ctx=512, num_thread=options.get("num_thread"))
+        size_vram, vram_need = vram or (0, 0)  # a GPU plan: what it reads as (Ollama's size_vram), what it needs
         return LoadPlan(key=str(m.model_path), spec=spec, load_options={"num_thread": options.get("num_thread")},
-                        size=(sizes or {}).get(m.name, 1000 * MiB))
+                        size=(sizes or {}).get(m.name, 1000 * MiB), size_vram=size_vram, vram_need=vram_need)
 
     def factory(plan: LoadPlan, name: str, scheduler_on_exit: Callable[[RunnerProcess], None]) -> RunnerProcess:
         def exited(runner: RunnerProcess) -> None:
@@ -122,6 +124,18 @@ async def test_a_model_that_cannot_fit_even_alone_fails_at_once_naming_the_numbe
             await asyncio.wait_for(sched.load(model(tmp_path, "big"), {}, None), 10)
         assert str(e.value) == "model 'big' requires more system memory (1000.0 MiB) than is available (600.0 MiB free)"
         assert not started and not sched.loaded and sched.pending == 0
+    finally:
+        await sched.shutdown()
+
+
+async def test_a_fully_offloaded_model_is_judged_by_what_it_puts_on_the_gpus(tmp_path: Path) -> None:
+    # "100% GPU" reads as size_vram == size, host-held input embeddings included; the GPUs' free memory (220 MiB:
+    # two 110 MiB devices) need only hold what the plan really puts there (200 MiB)
+    sched = scheduler(tmp_path, sizes={"split": 250 * MiB}, vram=(250 * MiB, 200 * MiB),
+                      free_memory=lambda plan: 220 * MiB)
+    try:
+        loaded = await asyncio.wait_for(sched.load(model(tmp_path, "split"), {}, None), 30)
+        assert loaded.plan.size_vram == loaded.plan.size == 250 * MiB
     finally:
         await sched.shutdown()
 
