@@ -66,10 +66,10 @@ async def iterate_in_thread(make: Callable[[], Iterator[dict[str, Any]]],
 
 
 async def cancellable_in_thread(make: Callable[[threading.Event], Iterator[dict[str, Any]]],
-                                ) -> AsyncIterator[dict[str, Any]]:
-    """iterate_in_thread for work that stops when asked: closing this (the client hung up) sets the event `make`
-    was given, and the worker closes the generator at its next item, so a converter or quantizer child is killed
-    instead of running to the end for nobody."""
+                                executor: Executor | None = None) -> AsyncIterator[dict[str, Any]]:
+    """iterate_in_thread for work that stops when asked (a create, a pull, a push): closing this (the client hung
+    up) sets the event `make` was given, and the worker closes the generator at its next item, so a converter or
+    quantizer child is killed, or a transfer stopped, instead of running to the end for nobody."""
     cancel = threading.Event()
 
     def closing() -> Iterator[dict[str, Any]]:
@@ -85,7 +85,7 @@ async def cancellable_in_thread(make: Callable[[threading.Event], Iterator[dict[
                 close()
 
     try:
-        async for item in iterate_in_thread(closing):
+        async for item in iterate_in_thread(closing, executor):
             yield item
     finally:
         cancel.set()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from ollama_py.errors import ModelNotFound, OllamaError, RegistryError
 from ollama_py.server.appkeys import SETTINGS, STORE
 from ollama_py.server.blob_prune import holds_blobs
 from ollama_py.server.bodies import field, model_name, read_json
-from ollama_py.server.routes_models import iterate_in_thread
+from ollama_py.server.routes_models import cancellable_in_thread
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.server.transfers import TRANSFERS
 from ollama_py.store.registry import RegistryOptions, pull_model, push_model
@@ -43,20 +43,9 @@ def registry_options(request: web.Request, insecure: bool) -> RegistryOptions:
     )
 
 
-async def _cancellable(request: web.Request,
-                       make: Callable[[threading.Event], Iterator[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
-    """The transfer's progress; closing this (the client hung up) tells the transfer to stop."""
-    cancel = threading.Event()
-    try:
-        async for item in iterate_in_thread(lambda: make(cancel), request.app[TRANSFERS]):
-            yield item
-    finally:
-        cancel.set()
-
-
 async def _respond(request: web.Request, body: dict[str, Any],
                    make: Callable[[threading.Event], Iterator[dict[str, Any]]]) -> web.StreamResponse:
-    events = _cancellable(request, make)
+    events = cancellable_in_thread(make, request.app[TRANSFERS])  # the transfers' own pool (client-paced I/O)
     if field(body, "stream", bool, True):
         return await ndjson(request, events)
     try:
