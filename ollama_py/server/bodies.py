@@ -112,6 +112,7 @@ def decode_big_json(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("json: cannot unmarshal request body: expected a JSON object")
     _check_numbers(body)
+    _check_depth(body, raw)
     if any(_LONE_SURROGATE.search(raw, k, k + _WINDOW + 6) for k in range(0, len(raw), _WINDOW)):
         body = _fix_surrogates(body)
     return body
@@ -141,6 +142,26 @@ def _check_numbers(body: dict[str, Any]) -> None:
                     raise BadRequest(str(_number_out_of_range(str(value))))
 
 
+# How deep a body may nest. Python's parser reaches ~990 levels before RecursionError, and what a request carries
+# on (a format's schema, tools' parameters) is re-encoded for the runner and parsed again there, which then fails
+# as a 5xx; no real schema nests past a few dozen levels.
+MAX_DEPTH = 256
+
+
+def _check_depth(body: Any, raw: bytes) -> None:
+    """BadRequest when the decoded body nests deeper than MAX_DEPTH; free for a body with few brackets."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadRequest(f"invalid request body: JSON nested deeper than {MAX_DEPTH} levels")
+        for value in (node.values() if isinstance(node, dict) else node):
+            if isinstance(value, (dict, list)) and value:
+                stack.append((value, depth + 1))
+
+
 def decode_json(raw: bytes) -> dict[str, Any]:
     """read_json's decoding, blocking: a request body as a JSON object, or BadRequest."""
     try:
@@ -156,6 +177,7 @@ def decode_json(raw: bytes) -> dict[str, Any]:
         raise BadRequest("invalid request body: JSON nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("json: cannot unmarshal request body: expected a JSON object")
+    _check_depth(body, raw)
     if _LONE_SURROGATE.search(raw):
         body = _fix_surrogates(body)
     return body

@@ -99,3 +99,21 @@ async def test_openai_embeddings_with_an_empty_input_list_is_ollamas_400(fake_ap
     r = await client.post("/v1/embeddings", json={"model": "tiny", "input": []})
     assert r.status == 400
     assert (await r.json())["error"]["message"] == "invalid input"
+
+
+def nested(depth: int) -> str:
+    """A JSON schema `depth` levels deep, as text (json.dumps itself gives up near 1000 levels)."""
+    return '{"type": "array", "items": ' * (depth - 1) + '{"type": "string"}' + "}" * (depth - 1)
+
+
+async def test_a_chat_format_nested_past_the_limit_is_a_400_not_the_runners_5xx(fake_app, aiohttp_client) -> None:
+    # a schema hundreds of levels deep parsed here but broke the runner's parser (a 5xx, found by test_request_fuzz)
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    head = '{"model": "tiny", "stream": false, "messages": [{"role": "user", "content": "hi"}], "format": '
+    r = await client.post("/api/chat", data=head + nested(600) + "}", headers={"Content-Type": "application/json"})
+    assert r.status == 400
+    assert (await r.json()) == {"error": "invalid request body: JSON nested deeper than 256 levels"}
+    # a deep but real schema goes through
+    r = await client.post("/api/chat", data=head + nested(40) + "}", headers={"Content-Type": "application/json"})
+    assert r.status == 200, await r.text()
