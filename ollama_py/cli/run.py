@@ -4,6 +4,7 @@ start the interactive prompt when both ends are a terminal."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from typing import Any
 
@@ -121,4 +122,8 @@ def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: boo
     _replay(info.get("messages") or [], opts.wordwrap)
     settings = client_settings()
     reader = ReadlineReader(settings.data_dir / "history", enabled=not settings.nohistory)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started with Ctrl-C ignored (what a shell gives a background job, `cmd &`, and keeps through exec): the
+        # session needs it to stop an answer and to hint at /bye, as Ollama's (Go's signal.Notify) takes it back.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     Repl(client, opts, reader, vision="vision" in capabilities).run()

@@ -4,6 +4,7 @@ a multi-line question, /set parameter, /show modelfile, /save, Ctrl-C during an 
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,14 +25,19 @@ def plain(text: str) -> str:
     return ANSI.sub("", text)
 
 
-@pytest.fixture
-def repl(live_server: LiveServer, tmp_path: Path) -> Iterator[pexpect.spawn]:
+def spawn_run(live_server: LiveServer, tmp_path: Path, **kw: object) -> pexpect.spawn:
     exe = ROOT / ".venv" / "bin" / "ollama-py"
     command, args = (str(exe), []) if exe.exists() else (sys.executable, ["-m", "ollama_py"])
     env = {**live_server.env, "OLLAMA_PY_DATA_DIR": str(tmp_path / "data"), "TERM": "xterm-256color"}
     child = pexpect.spawn(command, [*args, "run", live_server.model], env=env, encoding="utf-8",
-                          dimensions=(40, 200), timeout=180)
+                          dimensions=(40, 200), timeout=180, **kw)
     child.expect_exact(PROMPT)  # the model is loaded
+    return child
+
+
+@pytest.fixture
+def repl(live_server: LiveServer, tmp_path: Path) -> Iterator[pexpect.spawn]:
+    child = spawn_run(live_server, tmp_path)
     yield child
     if child.isalive():
         child.terminate(force=True)
@@ -106,6 +112,22 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(repl: pexpect.spawn) ->
     repl.expect(pexpect.EOF)
     repl.close()
     assert repl.exitstatus == 0
+
+
+def test_ctrl_c_works_when_started_with_it_ignored(live_server: LiveServer, tmp_path: Path) -> None:
+    # A shell starts a background job (`cmd &`) with SIGINT ignored, and exec keeps that: `ollama-py run` started
+    # from such a job (make test under nohup did) took no Ctrl-C at all
+    child = spawn_run(live_server, tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        reading(child)
+        child.sendcontrol("c")
+        child.expect_exact("Use Ctrl + d or /bye to exit.", timeout=30)
+        child.expect_exact(PROMPT)
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        if child.isalive():
+            child.terminate(force=True)
 
 
 def test_unknown_commands_and_help(repl: pexpect.spawn) -> None:
