@@ -6,6 +6,7 @@ The reliability tests (no orphans, faults, `run` while a model loads) and the Op
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -49,6 +50,15 @@ def runner_processes(serve_pid: int) -> list[psutil.Process]:
             if child.name() == "llama-server" or any(str(FAKE_SERVER) in part for part in child.cmdline()):
                 out.append(child)
     return out
+
+
+def alive(pid: int) -> bool:
+    """Whether a process of that pid exists (a zombie included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def is_gone(proc: psutil.Process) -> bool:

@@ -5,7 +5,6 @@ from the model directory, connect to a listening socket, read the server's envir
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import threading
@@ -15,6 +14,7 @@ import pytest
 
 from ollama_py.errors import OllamaError, RequestCanceled
 from ollama_py.store.convert_sandbox import GiB, child_env, limits_for, run_isolated
+from tests.helpers.processes import alive
 
 PROBE = r'''
 import importlib.util, json, os, resource, socket, sys, tempfile
@@ -104,14 +104,6 @@ def test_the_converter_runs_no_model_code_and_reaches_no_socket(tmp_path: Path, 
 
 SLEEPER = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\nprint('started', flush=True)\n" \
           "time.sleep(120)\n"
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_converter_past_its_timeout_is_killed(tmp_path: Path) -> None:

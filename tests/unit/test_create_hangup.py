@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.fakes.gguf_files import write_llama_gguf
+from tests.helpers.processes import alive
 
 SLOW_CONVERTER = """import os, sys, time
 open({pidfile!r}, "w").write(str(os.getpid()))
@@ -29,14 +29,6 @@ for i in range(1, 3001):
     time.sleep(0.1)
 open(sys.argv[2], "wb").write(b"quantized")
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def eventually(condition: Callable[[], bool], what: str, limit: float = 60.0) -> None:

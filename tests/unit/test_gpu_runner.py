@@ -17,6 +17,7 @@ from ollama_py.estimate.gpus import GpuInfo
 from ollama_py.estimate.memory import GPU_MINIMUM
 from ollama_py.runner import variants
 from ollama_py.runner.argv import LaunchSpec
+from ollama_py.runner.process import RunnerProcess
 from ollama_py.scheduler.factory import chosen_gpus, plan_load, runner_factory
 from ollama_py.scheduler.scheduler import LoadPlan
 from tests.fakes.gguf_files import write_sized_llama_gguf
@@ -60,17 +61,21 @@ def list_devices_script(*lines: str) -> str:
 
 # -- the cuda runner's libraries ----------------------------------------------------------------------------------
 
-async def test_the_cuda_runner_starts_with_the_libraries_it_was_built_with(tmp_path: Path) -> None:
+def cuda_runner(tmp_path: Path) -> RunnerProcess:
+    """A cuda runner (the fake behind a script that needs its build's libraries), started with no LD_LIBRARY_PATH:
+    it finds them only through build-info.json's library_path."""
     runners = tmp_path / "runners"
     runner(runners, "cuda", f'exec {sys.executable} {FAKE_SERVER} "$@"', libs=tmp_path / "cuda-toolkit-13" / "lib")
-    settings = make_settings(tmp_path, runners_dir=runners)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     host = variants.HostInfo(machine="x86_64", system="Linux", cpu_flags=frozenset(), nvidia_gpus=1)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-
-    started = runner_factory(settings, env=env, host=host)(
+    return runner_factory(make_settings(tmp_path, runners_dir=runners), env=env, host=host)(
         LoadPlan(key="m", spec=LaunchSpec(model=model, num_ctx=512), load_options={}), "m", lambda r: None)
+
+
+async def test_the_cuda_runner_starts_with_the_libraries_it_was_built_with(tmp_path: Path) -> None:
+    started = cuda_runner(tmp_path)
     try:
         await started.ensure_ready()  # without its libraries it exits 127 ("error while loading shared libraries")
         assert started.variant == "cuda"
@@ -89,15 +94,7 @@ def _record_open(event: str, args: tuple) -> None:
 async def test_a_ready_runners_next_request_reads_no_file_and_a_restart_reads_its_libraries_again(
         tmp_path: Path) -> None:
     global _OPENED
-    runners = tmp_path / "runners"
-    runner(runners, "cuda", f'exec {sys.executable} {FAKE_SERVER} "$@"', libs=tmp_path / "cuda-toolkit-13" / "lib")
-    settings = make_settings(tmp_path, runners_dir=runners)
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    host = variants.HostInfo(machine="x86_64", system="Linux", cpu_flags=frozenset(), nvidia_gpus=1)
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    started = runner_factory(settings, env=env, host=host)(
-        LoadPlan(key="m", spec=LaunchSpec(model=model, num_ctx=512), load_options={}), "m", lambda r: None)
+    started = cuda_runner(tmp_path)
     if not getattr(_record_open, "installed", False):
         sys.addaudithook(_record_open)
         _record_open.installed = True  # type: ignore[attr-defined]
