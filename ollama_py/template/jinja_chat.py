@@ -30,6 +30,7 @@ raise_exception, a type error) raises JinjaUnsupported: the runner's engine may 
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import re
@@ -353,14 +354,33 @@ def _environment() -> _Sandbox:
     return env
 
 
-@functools.lru_cache(maxsize=64)
+_COMPILED: collections.OrderedDict[str, jinja2.Template] = collections.OrderedDict()
+_COMPILED_KEPT = 64
+_compile_lock = threading.Lock()
+
+
+def is_compiled(source: str) -> bool:
+    """Whether a render of `source` finds it compiled (no compile, which can take a while, before it starts)."""
+    return source in _COMPILED
+
+
 def _compiled(source: str) -> jinja2.Template:
+    """The template compiled (the last _COMPILED_KEPT compiled are kept)."""
+    template = _COMPILED.get(source)
+    if template is not None:
+        return template
     try:
-        return _environment().from_string(source)
+        template = _environment().from_string(source)
     except jinja2.TemplateError as e:
         raise JinjaUnsupported(f"chat template does not parse: {e}") from None
     except RecursionError:
         raise JinjaUnsupported("chat template nests too deeply") from None
+    with _compile_lock:
+        _COMPILED[source] = template
+        _COMPILED.move_to_end(source)
+        while len(_COMPILED) > _COMPILED_KEPT:
+            _COMPILED.popitem(last=False)
+    return template
 
 
 # -- rendering ---------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 
 import pytest
 
@@ -111,3 +112,39 @@ async def test_slow_renders_in_the_template_threads_do_not_hold_up_a_chat():
     finally:
         release.set()
     await asyncio.gather(*slow)
+
+
+async def test_a_key_known_to_be_very_cheap_runs_its_inline_form_on_the_loop():
+    pool = FairPool(2)
+    where: list[str] = []
+    job = lambda: where.append(threading.current_thread().name) or "thread"  # noqa: E731
+    inline = lambda: where.append(threading.current_thread().name) or "inline"  # noqa: E731
+    assert await pool.run(CHEAP, job, inline=inline) == "thread"  # never seen: the threads measure it first
+    assert await pool.run(CHEAP, job, inline=inline) == "inline"
+    assert where[0].startswith("fair") and where[1] == threading.current_thread().name
+
+
+async def test_an_inline_form_that_fails_is_run_again_in_the_threads_and_not_inline_next_time():
+    pool = FairPool(2)
+    assert await pool.run(CHEAP, lambda: "warm") == "warm"
+    tries: list[str] = []
+
+    def inline() -> str:
+        tries.append("inline")
+        raise TimeoutError("passed its 3 ms limit")
+
+    def full() -> str:  # what made the inline form pass its limit costs the threads too
+        time.sleep(0.002)
+        return "full"
+
+    assert await pool.run(CHEAP, full, inline=inline) == "full"
+    assert await pool.run(CHEAP, lambda: "full again", inline=inline) == "full again"
+    assert tries == ["inline"]  # the key's last job was not very cheap: the threads ran the second one
+    assert pool.inline_ok(CHEAP)  # and measured it cheap again
+
+
+async def test_a_key_whose_last_job_was_slow_never_runs_inline():
+    pool = FairPool(2)
+    await pool.run(SLOW, lambda: time.sleep(0.01))
+    assert not pool.inline_ok(SLOW)
+    assert await pool.run(SLOW, lambda: "thread", inline=lambda: "inline") == "thread"

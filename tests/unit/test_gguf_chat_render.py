@@ -14,8 +14,14 @@ from ollama_py.server.app import create_app
 from tests.fakes.fake_llama_server import CHATML_TEMPLATE
 from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.loop import loop_watch
 
 OTHER_TEMPLATE = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+# ChatML, as the fake's /apply-template renders it, that spins ~0.5 s on a message holding "spin"
+SPIN_TEMPLATE = CHATML_TEMPLATE.replace(
+    "{% for message in messages %}",
+    "{% for message in messages %}{% if 'spin' in message['content'] %}{% for i in range(300000) %}{% endfor %}"
+    "{% endif %}")
 
 
 @pytest.fixture
@@ -26,6 +32,7 @@ async def client(tmp_path: Path, aiohttp_client):
     create_tiny_model(settings, write_tiny_gguf(tmp_path / "same.gguf", chat_template=CHATML_TEMPLATE), "same")
     create_tiny_model(settings, write_tiny_gguf(tmp_path / "other.gguf", chat_template=OTHER_TEMPLATE), "other")
     create_tiny_model(settings, write_tiny_gguf(tmp_path / "plain.gguf"), "plain")  # no template: ChatML
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "spin.gguf", chat_template=SPIN_TEMPLATE), "spin")
     log = tmp_path / "requests.jsonl"
     c = await aiohttp_client(create_app(settings, scheduler=fake_scheduler(settings, {"FAKE_LOG_FILE": str(log)})))
 
@@ -85,3 +92,17 @@ async def test_a_gguf_without_a_template_renders_llama_servers_chatml_here(clien
         await _chat(client, "plain", messages)
     assert len(client.sent("apply-template")) == 1
     assert [b["prompt"] for b in client.sent("completion")] == [chatml(m) for m in turns]
+
+
+async def test_a_cheap_template_that_turns_slow_for_one_request_never_holds_the_loop(client):
+    """Small chats with a template known to be cheap render on the loop (no thread hop) under a 3 ms limit; a
+    request that makes the same template spin passes that limit and is rendered in the template threads."""
+    turns = [[{"role": "user", "content": f"question {i}"}] for i in range(4)]
+    for messages in turns:
+        await _chat(client, "spin", messages)
+    spin = [{"role": "user", "content": "please spin"}]
+    async with loop_watch() as gaps:
+        await _chat(client, "spin", spin)
+        await _chat(client, "spin", turns[0])
+    assert gaps[0] < 0.3  # the spinning render (~0.5 s) ran in a thread
+    assert [b["prompt"] for b in client.sent("completion")] == [chatml(m) for m in [*turns, spin, turns[0]]]
