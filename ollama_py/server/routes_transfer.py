@@ -5,7 +5,10 @@ and ignored, as Ollama does (credentials come from the files described in store/
 The transfer itself is blocking code (store/registry.py) run in a thread of the transfers' own bounded pool
 (server/transfers.py), never the default executor the other routes share; when the client goes away the
 transfer is cancelled, and a download's partial files stay for the next pull to resume.
-Non-streamed requests answer the last progress object, or 500 {"error"} like Ollama's waitForStream.
+Non-streamed requests answer the last progress object, or {"error"} with Ollama's text and a 4xx status
+(transfer_status): what failed is the registry the request named (its answers, its size, its speed), the
+request itself, or the room on disk, never this server. Ollama's waitForStream answers 500 for all of these; its
+clients raise on any non-2xx alike, with the same text.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ollama_py.errors import ModelNotFound, OllamaError, RegistryError
+from ollama_py.errors import ModelNotFound, OllamaError
 from ollama_py.server.appkeys import SETTINGS, STORE
 from ollama_py.server.blob_prune import holds_blobs
 from ollama_py.server.bodies import field, model_name, read_json
@@ -51,8 +54,15 @@ async def _respond(request: web.Request, body: dict[str, Any],
     try:
         items = await collect(events)
     except OllamaError as e:
-        raise RegistryError(str(e)) from None  # Ollama answers any failed non-streamed transfer with 500
+        return web.json_response({"error": str(e)}, status=transfer_status(e))
     return web.json_response(items[-1] if items else {"status": "success"})
+
+
+def transfer_status(e: OllamaError) -> int:
+    """The status of a failed non-streamed pull or push: the error's own where it is a client error (a bad name,
+    401 from the registry, 404 when the registry has no such model), else 400 (a registry that lied, sent too
+    much, was too slow or looped; a model too big for the disk)."""
+    return e.status if 400 <= e.status < 500 else 400
 
 
 async def _transfer(request: web.Request) -> tuple[dict[str, Any], Any, Any]:

@@ -113,7 +113,7 @@ class RegistryClient:
 
     def __init__(self, name: ModelName, options: RegistryOptions = RegistryOptions()) -> None:
         if name.scheme == "http" and not options.insecure:
-            raise RegistryError("insecure protocol http")
+            raise RegistryError("insecure protocol http", status=400)
         scheme = "http" if options.insecure or name.scheme == "http" else "https"
         self.name = name
         self.options = options
@@ -331,7 +331,8 @@ def pull_model(store: Any, name: ModelName, *, options: RegistryOptions = Regist
             raise Unauthorized(f"pull model manifest: {e}") from None
         except OllamaError as e:
             # one line, whatever the manifest held (an invalid one may quote a 4 MiB digest)
-            raise RegistryError(f"pull model manifest: {_one_line(str(e))}") from None
+            raise RegistryError(f"pull model manifest: {_one_line(str(e))}",
+                                status=e.status if e.status < 500 else None) from None
         except RecursionError:  # json's answer to 4 MiB of "["
             raise RegistryError("pull model manifest: invalid manifest: nested too deeply") from None
 

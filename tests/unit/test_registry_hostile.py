@@ -90,8 +90,37 @@ async def test_a_layer_larger_than_the_disk_is_refused_before_anything_is_writte
 
     r = await client.post("/api/pull", json={"model": f"{hostile.host}/evil/huge:1", "insecure": True,
                                              "stream": False})
-    assert r.status == 500  # as Ollama answers any failed non-streamed pull
+    assert r.status == 400  # Ollama's text; not its 500: nothing failed in the server (issue 34)
     assert (await r.json())["error"].startswith("not enough disk space")
+
+
+@pytest.mark.parametrize("what, answer, status, error", [
+    ("gzip bomb", lambda h, seen: reply(h, 200, gzip.compress(b"{" + b" " * (64 << 20) + b"}"),
+                                        Content_Encoding="gzip"), 400, "pull model manifest: manifest is too large"),
+    ("redirect loop", lambda h, seen: reply(h, 302, Location=seen.path), 400,
+     "pull model manifest: maximum redirects exceeded"),
+    ("registry error page", lambda h, seen: reply(h, 500, b"<html>oops</html>", Content_Type="text/html"), 400,
+     "pull model manifest: 500"),
+    ("no such model", lambda h, seen: reply(h, 404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest '
+                                                     b'unknown"}]}', Content_Type="application/json"), 404, "pull"),
+    ("unauthorized", lambda h, seen: reply(h, 401, b'{"errors":[{"code":"UNAUTHORIZED","message":"no"}]}',
+                                           Content_Type="application/json"), 401, ""),
+], ids=lambda v: v if isinstance(v, str) else "")
+async def test_a_failed_non_streamed_pull_is_a_client_error_with_ollama_s_text(
+        fake_app, aiohttp_client, hostile: HostileRegistry, what: str, answer: Any, status: int, error: str):
+    """Whatever the registry does, a non-streamed pull ends in a 4xx with one line of text (Ollama: 500); the
+    streamed pull of the same model ends with the same text in its last line."""
+    hostile.answer = answer
+    settings, app = fake_app()
+    client = await aiohttp_client(app)
+    model = f"{hostile.host}/evil/m:1"
+    r = await client.post("/api/pull", json={"model": model, "insecure": True, "stream": False})
+    body = await r.json()
+    assert r.status == status, body
+    assert body["error"].startswith(error) and "\n" not in body["error"], body
+    r = await client.post("/api/pull", json={"model": model, "insecure": True})
+    assert r.status == 200
+    assert json.loads((await r.text()).splitlines()[-1]) == body
 
 
 def test_parts_threads_and_connections_are_bounded(tmp_path: Path, hostile: HostileRegistry,
