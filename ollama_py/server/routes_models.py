@@ -27,7 +27,7 @@ from ollama_py.server.blob_prune import holds_blobs
 from ollama_py.server.bodies import field, model_name, read_json, requested_model
 from ollama_py.server.model_lookup import find_model
 from ollama_py.server.streaming import collect, ndjson
-from ollama_py.server.transfers import receive_blob
+from ollama_py.server.transfers import CREATES, receive_blob
 from ollama_py.store.gguf_meta import model_info
 from ollama_py.store.manifests import MEDIA_MODEL
 from ollama_py.store.models import rfc3339
@@ -222,7 +222,8 @@ async def create(request: web.Request) -> web.StreamResponse:
     # may be any client of a reverse proxy on this host); a client that hangs up stops the conversion/quantizing
     events = cancellable_in_thread(lambda cancel: create_model(
         store, name, body, quantizer=quantizer, import_dirs=settings.import_dirs, cancel=cancel,
-        converter=find_converter(settings.runners_dir, timeout=settings.convert_timeout)))
+        converter=find_converter(settings.runners_dir, timeout=settings.convert_timeout)),
+        request.app[CREATES])  # its own threads: a create may run for minutes
     if field(body, "stream", bool, True):
         return await ndjson(request, events)
     items = await collect(events)

@@ -8,6 +8,8 @@ reading manifests, loads. A handful of slow clients must not hold all of it.
   (disk and CPU only, never waiting on the client), then fsynced and renamed there.
 - A pull or a push is blocking code waiting on a registry (store/registry.py): it runs in `TRANSFERS`, at most
   MAX_TRANSFERS at once; one more waits for a thread, and the rest of the gateway never does.
+- A create (`POST /api/create`: hashing, a conversion or a quantization that runs for minutes) runs in `CREATES`,
+  at most MAX_CREATES at once, for the same reason.
 """
 
 from __future__ import annotations
@@ -21,22 +23,25 @@ from aiohttp import web
 from ollama_py.store.blobs import BlobStore
 
 MAX_TRANSFERS = 8  # pulls and pushes running at once
+MAX_CREATES = 4  # creates running at once
 BLOB_WRITERS = 2  # threads hashing and writing upload chunks
 WRITE_SIZE = 1 << 20  # an upload's bytes are handed to a writer thread in pieces of this size (and at the end)
 
 TRANSFERS: web.AppKey[ThreadPoolExecutor] = web.AppKey("transfers")
+CREATES: web.AppKey[ThreadPoolExecutor] = web.AppKey("creates")
 BLOB_WRITES: web.AppKey[ThreadPoolExecutor] = web.AppKey("blob_writes")
 
 
 async def transfer_pools(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: the two pools, for the app's life. At the end, transfers still waiting for a thread are
-    dropped and running ones are not waited for (a pull stops at its next progress check once its client is gone)."""
+    """cleanup_ctx: the pools, for the app's life. At the end, work still waiting for a thread is dropped and
+    running work is not waited for (a pull or a create stops at its next step once its client is gone)."""
     app[TRANSFERS] = ThreadPoolExecutor(MAX_TRANSFERS, thread_name_prefix="transfer")
     app[BLOB_WRITES] = ThreadPoolExecutor(BLOB_WRITERS, thread_name_prefix="blob-write")
+    app[CREATES] = ThreadPoolExecutor(MAX_CREATES, thread_name_prefix="create")
     try:
         yield
     finally:
-        for pool in (app[TRANSFERS], app[BLOB_WRITES]):
+        for pool in (app[TRANSFERS], app[BLOB_WRITES], app[CREATES]):
             pool.shutdown(wait=False, cancel_futures=True)
 
 

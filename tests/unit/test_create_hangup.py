@@ -89,3 +89,39 @@ async def test_hanging_up_stops_the_quantizer(fake_app, aiohttp_client, tmp_path
     await hang_up_after(client, {"model": "slow", "files": {"m.gguf": f16}, "quantize": "q8_0"},
                         "quantizing F16 model to Q8_0", pidfile, settings.models / "blobs", "sha256-tmp-quantize-")
     assert (await client.post("/api/show", json={"model": "slow"})).status == 404
+
+
+async def test_creates_running_for_minutes_leave_the_shared_threads_to_other_routes(fake_app, aiohttp_client,
+                                                                                   tmp_path: Path) -> None:
+    """Eight conversions at once (more than the default executor's threads on a small machine) run in the creates'
+    own threads: /api/tags and /api/show, which use the shared ones, still answer."""
+    scripts = tmp_path / "runners" / "convert"
+    scripts.mkdir(parents=True)
+    (scripts / "convert_hf_to_gguf.py").write_text(SLOW_CONVERTER.format(pidfile=str(tmp_path / "c.pid")))
+    settings, app = fake_app(runners_dir=tmp_path / "runners")
+    client = await aiohttp_client(app, server_kwargs={"handler_cancellation": True})
+    files = {"config.json": await upload(client, json.dumps({"architectures": ["LlamaForCausalLM"]}).encode()),
+             "model.safetensors": await upload(client, b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")}
+    converting = 0
+    streams: list[Any] = []
+
+    async def create(i: int) -> None:  # the answer's head comes with its first line: for some, once a thread is free
+        nonlocal converting
+        resp = await client.post("/api/create", json={"model": f"slow{i}", "files": files})
+        streams.append(resp)
+        while not json.loads(await resp.content.readline())["status"].startswith("converting model"):
+            pass
+        converting += 1
+
+    creates = [asyncio.create_task(create(i)) for i in range(8)]
+    try:
+        await eventually(lambda: converting >= 4, "converting")
+        tags = await asyncio.wait_for(client.get("/api/tags"), 20)
+        assert tags.status == 200
+        show = await asyncio.wait_for(client.post("/api/show", json={"model": "slow0"}), 20)
+        assert show.status == 404  # not created (yet): answered all the same
+    finally:
+        for task in creates:
+            task.cancel()
+        for r in streams:
+            r.close()
