@@ -49,7 +49,7 @@ from tests.helpers.processes import fake_runners_dir
 from tests.helpers.serve import start_serve, stop_serve, upload_blob
 
 TICK = 0.010  # seconds between the ticker's requests
-CAP = 64  # OLLAMA_PY_MAX_CONNECTIONS for this serve: a cap small enough to pass from one script
+CAP = 600  # OLLAMA_PY_MAX_CONNECTIONS for this serve: room for 500 console viewers, small enough to pass from here
 TOOLS_TEMPLATE = ("{{- if .Tools }}{{ range .Tools }}{{ json . }}\n{{ end }}{{ end }}"
                   "{{ range .Messages }}{{ .Role }}: {{ .Content }}\n{{ end }}")
 
@@ -190,12 +190,12 @@ def rpc_servers(b: Bench) -> None:
 
 
 def slowloris(b: Bench) -> None:
-    """2 x CAP connections that trickle a request head a byte at a time, then an ordinary request."""
+    """CAP + 64 connections that trickle a request head a byte at a time, then an ordinary request."""
     port = int(b.url.rsplit(":", 1)[1])
     socks: list[socket.socket] = []
 
     def send() -> tuple[str, str]:
-        for _ in range(2 * CAP):
+        for _ in range(CAP + 64):
             with contextlib.suppress(OSError):
                 s = socket.create_connection(("127.0.0.1", port), timeout=5)
                 s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
@@ -219,7 +219,7 @@ def slowloris(b: Bench) -> None:
                         f"{closed} of {len(socks)}")
 
     try:
-        b.step("slowloris", f"{2 * CAP} connections trickling headers, OLLAMA_PY_MAX_CONNECTIONS={CAP}", send)
+        b.step("slowloris", f"{CAP + 64} connections trickling headers, OLLAMA_PY_MAX_CONNECTIONS={CAP}", send)
     finally:
         for s in socks:
             s.close()
@@ -389,24 +389,177 @@ def hostile_registry(b: Bench, pid: int) -> None:
         registry.close()
 
 
+def big_bodies(b: Bench) -> None:
+    """The issue 34/38 bodies: each is read, decoded and sent on in slices or threads; past OLLAMA_PY_MAX_BODY
+    (64 MiB) a 413 before it is read."""
+    json_headers = {"Content-Type": "application/json"}
+
+    def post(path: str, body: bytes) -> Callable[[], tuple[str, str]]:
+        return lambda: b.call("POST", path, data=body, headers=json_headers)
+
+    chat = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "word " * ((33 << 20) // 5)}],
+                       "stream": False, "options": {"num_predict": 1}}).encode()
+    b.step("a big JSON body", f"/api/chat, one {len(chat) >> 20} MiB message (cut to fit the context)",
+           post("/api/chat", chat))
+    many = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": f"m{i}"} for i in range(100_000)],
+                       "stream": False, "options": {"num_predict": 1}}).encode()
+    b.step("a big JSON body", f"/api/chat, 100,000 short messages ({len(many) >> 20} MiB, cut to fit)",
+           post("/api/chat", many))
+    text = json.dumps({"model": "tiny", "content": "ab " * ((32 << 20) // 3)}).encode()
+    b.step("a big JSON body", f"/api/tokenize, {len(text) >> 20} MiB of text", post("/api/tokenize", text))
+    image = json.dumps({"model": "tiny", "prompt": "hi", "images": ["A" * 60_000_000], "stream": False}).encode()
+    b.step("a big JSON body", f"/api/generate with a {len(image) // 1_000_000} MB base64 image (not a vision model)",
+           post("/api/generate", image))
+    over = b"{" + b" " * (80 << 20) + b"}"
+    b.step("a big JSON body", "an 80 MiB body (over the 64 MiB limit)", post("/api/chat", over))
+
+
+def more_issue_34(b: Bench, scratch: Path, config: Path) -> None:
+    """The rest of issue 34 that a client (or an operator's mistake) can reach: model code in an HF import, a
+    chat template that loops, 500 idle console viewers, four clients on a slow template, the config file
+    replaced by a FIFO, and /metrics after a model is deleted."""
+    files: dict[str, str] = {}
+    (scratch / "evil").mkdir(exist_ok=True)
+    evil = {
+        "config.json": json.dumps({"architectures": ["QWenLMHeadModel"], "model_type": "qwen", "hidden_size": 64,
+                                   "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}).encode(),
+        "tokenizer_config.json": json.dumps({"tokenizer_class": "QWenTokenizer", "auto_map": {
+            "AutoTokenizer": ["tokenization_x.QWenTokenizer", None]}}).encode(),
+        "tokenization_x.py": f"open({str(scratch / 'PWNED')!r}, 'w').write('ran')\nclass QWenTokenizer: pass\n"
+                             .encode(),
+        "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",
+    }
+    for name, data in evil.items():
+        (scratch / "evil" / name).write_bytes(data)
+        files[name] = upload_blob(b.url, scratch / "evil" / name)
+
+    def hf_import() -> tuple[str, str]:
+        status, text = b.call("POST", "/api/create", json={"model": "qwen-evil", "files": files, "stream": False})
+        return status, f"{text} (the .py ran: {(scratch / 'PWNED').exists()})"
+
+    b.step("model code", "/api/create from HF files whose auto_map names an uploaded tokenization_x.py", hf_import)
+
+    looping = write_tiny_gguf(scratch / "looping.gguf",
+                              chat_template="{% for i in range(100000000) %}x{% endfor %}{{ messages[0].content }}")
+    digest = upload_blob(b.url, looping)
+    b.step("chat template", "/api/create from a GGUF whose chat template loops 1e8 times", functools.partial(
+        b.call, "POST", "/api/create", json={"model": "loops", "files": {"m.gguf": digest}, "stream": False}))
+
+    host, port = b.url.removeprefix("http://").rsplit(":", 1)
+    viewers = []
+    try:
+        for _ in range(500):
+            s = socket.create_connection((host, int(port)))
+            s.sendall(f"GET /ui/api/events HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            viewers.append(s)
+        time.sleep(1.0)
+
+        def idle_viewers() -> tuple[str, str]:
+            before, t0 = _cpu_seconds(_serve_pid), time.monotonic()
+            time.sleep(5)
+            share = (_cpu_seconds(_serve_pid) - before) / (time.monotonic() - t0) * 100
+            status, _ = b.call("GET", "/api/tags")
+            return status, f"serve used {share:.1f} % of a core over 5 s with 500 idle viewers connected"
+
+        b.step("console", "500 idle /ui/api/events viewers", idle_viewers)
+    finally:
+        for s in viewers:
+            s.close()
+
+    slow_template = "{{ range 3000000 }}{{ end }}{{ range .Messages }}{{ .Content }}{{ end }}"
+    results: list[float] = []
+
+    def slow_client() -> None:
+        with contextlib.suppress(requests.RequestException):
+            requests.post(b.url + "/api/generate", json={"model": "tiny", "prompt": "hi", "template": slow_template,
+                                                        "stream": False, "options": {"num_predict": 1}}, timeout=120)
+
+    def chat_beside_slow_templates() -> tuple[str, str]:
+        clients = [threading.Thread(target=slow_client) for _ in range(4)]
+        for t in clients:
+            t.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        status, text = b.call("POST", "/api/chat", json={"model": "tiny", "messages": [{"role": "user",
+                                                          "content": "hi"}], "stream": False,
+                                                          "options": {"num_predict": 1}})
+        results.append(time.monotonic() - t0)
+        for t in clients:
+            t.join(120)
+        return status, f"{text}: answered in {results[-1] * 1000:.0f} ms while 4 clients rendered a slow template"
+
+    b.step("template threads", "a chat while 4 clients render a ~1 s template", chat_beside_slow_templates)
+
+    def fifo_config() -> tuple[str, str]:
+        text = config.read_text()
+        config.unlink()
+        os.mkfifo(config)
+        try:
+            time.sleep(5)  # two of the watcher's looks (every 2 s)
+            status, answer = b.call("GET", "/api/tags")
+        finally:
+            config.unlink()
+            config.write_text(text)
+        time.sleep(3)
+        after = requests.post(b.url + "/api/show", json={"model": "small"}, timeout=10).status_code
+        return status, f"{answer} while the config file was a FIFO; its alias after the file came back: {after}"
+
+    b.step("config file", "the config file replaced by a FIFO for 5 s", fifo_config)
+
+    def metrics_after_delete() -> tuple[str, str]:
+        b.call("POST", "/api/copy", json={"source": "tiny", "destination": "gone-soon"})
+        b.call("POST", "/api/generate", json={"model": "gone-soon", "prompt": "hi", "stream": False,
+                                              "options": {"num_predict": 1}})
+        label = 'model="gone-soon'
+        before = requests.get(b.url + "/metrics", timeout=10).text.count(label)
+        b.call("DELETE", "/api/delete", json={"model": "gone-soon"})
+        r = requests.get(b.url + "/metrics", timeout=10)
+        return str(r.status_code), f"series naming the model: {before} before /api/delete, {r.text.count(label)} after"
+
+    b.step("/metrics", "a model's series after /api/delete", metrics_after_delete)
+
+
+_serve_pid = 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def run(scratch: Path, gguf: Path) -> list[Row]:
     """Every case against one serve (over the fake runner, one slot, 2 fast tokens)."""
     from tests.helpers.app import create_tiny_model, make_settings
 
+    global _serve_pid
     scratch.mkdir(parents=True, exist_ok=True)
     create_tiny_model(make_settings(scratch), gguf)
-    proc, url, env = start_serve(scratch, {"OLLAMA_RUNNERS_DIR": str(fake_runners_dir(scratch)),
-                                           "OLLAMA_PY_MAX_CONNECTIONS": str(CAP), "OLLAMA_NOUI": "1",
+    config = scratch / "config.toml"
+    config.write_text('[models."tiny"]\naliases = ["small"]\n')
+    runners = fake_runners_dir(scratch)
+    if (ROOT / "runners" / "convert").is_dir():  # the real converter, for the HF import case
+        with contextlib.suppress(FileExistsError):
+            (runners / "convert").symlink_to(ROOT / "runners" / "convert")
+    proc, url, env = start_serve(scratch, {"OLLAMA_RUNNERS_DIR": str(runners), "OLLAMA_PY_CONFIG": str(config),
+                                           "OLLAMA_PY_MAX_CONNECTIONS": str(CAP),
                                            "FAKE_TOKENS": "2", "FAKE_TOKEN_DELAY": "0.005"})
+    _serve_pid = proc.pid
     b = Bench(url)
     try:
         b.call("POST", "/api/generate", json={"model": "tiny", "prompt": "warm up", "stream": False})
+        only = set(filter(None, os.environ.get("HARDENING_ONLY", "").split(",")))  # while developing a case
         for case in (idle, template_bombs, many_tools, rpc_servers, slowloris, huge_keep_alive, gguf_bombs,
-                     server_paths, wrong_digest, fan_out_and_slow_clients):
-            case(b)
-        deleted_blob(b, scratch / "models", scratch)
-        hostile_registry(b, proc.pid)
-        second_serve(b, env)
+                     server_paths, wrong_digest, fan_out_and_slow_clients, big_bodies):
+            if not only or case.__name__ in only:
+                case(b)
+        if not only or "more_issue_34" in only:
+            more_issue_34(b, scratch, config)
+        if not only:
+            deleted_blob(b, scratch / "models", scratch)
+            hostile_registry(b, proc.pid)
+            second_serve(b, env)
         alive = b.call("GET", "/api/version")
         if alive[0] != "200" or proc.poll() is not None:
             b.rows.append(Row("after every case", "GET /api/version", alive[0], alive[1], 0, 0))

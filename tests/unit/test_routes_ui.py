@@ -88,3 +88,26 @@ async def test_idle_viewers_share_one_ticker_and_all_see_a_model_load(client: An
                 pass
         assert [m["name"] for m in got[1]["models"]] == ["tiny:latest"]
         stream.close()
+
+
+async def test_a_viewer_writes_a_burst_of_events_in_a_few_writes(client: Any) -> None:
+    """Issue 34: every event woke every viewer and was its own write (500 viewers beside a busy server: a third of
+    a core). A viewer now writes what arrived at most every FLUSH_SECONDS: 40 requests, a handful of writes."""
+    import asyncio
+
+    from ollama_py.server.routes_ui import FLUSH_SECONDS
+
+    stream = await client.get("/ui/api/events")
+    buf = [b""]
+    assert (await read_event(stream, buf))[0] == "hello"
+    assert (await read_event(stream, buf))[0] == "ps"
+    for _ in range(40):
+        assert (await client.get("/api/version")).status == 200
+    writes, seen = 0, b""
+    async with asyncio.timeout(30):
+        while seen.count(b"event: request") < 40:
+            data, _end = await stream.content.readchunk()
+            writes += b"event: request" in data
+            seen += data
+    assert writes <= 4 + 40 * 0.05 / FLUSH_SECONDS, writes  # 40 requests take well under 2 s here
+    stream.close()
