@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -133,6 +134,16 @@ class LlamaClient:
             return await asyncio.to_thread(_token_ids, tokens)
         return _token_ids(tokens)
 
+    async def tokenize_array(self, content: str, add_special: bool = False) -> list[bytes] | None:
+        """tokenize() for a long text, as the bytes of the JSON array of ids (`[1,2,...]`, in pieces) that
+        llama-server sent: relayed, never made into millions of Python ints (making them took 0.35 s in a thread
+        and freeing them 0.1 s on the loop for a 32 MB text). None when the answer has another shape."""
+        url = urllib.parse.urlsplit(self.base_url)
+        parts = await sse.post_for_parts(url.hostname or "127.0.0.1", url.port or 80, "/tokenize",
+                                         {"content": content, "add_special": add_special},
+                                         read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
+        return await asyncio.to_thread(id_array, parts)
+
     async def tokenize_each(self, texts: Sequence[str], add_special: bool = False) -> list[list[int]]:
         """tokenize() of each text (llama-server's /tokenize takes one), through post_each's few connections."""
         answers = await self.post_each("/tokenize", [{"content": t, "add_special": add_special} for t in texts])
@@ -153,6 +164,42 @@ class LlamaClient:
 
     async def detokenize(self, tokens: list[int]) -> str:
         return (await self.post("/detokenize", {"tokens": tokens})).get("content", "")
+
+
+_ARRAY_HEAD = re.compile(rb'\A\s*\{\s*"tokens"\s*:\s*(?=\[)')
+_ARRAY_TAIL = re.compile(rb'(?<=\])\s*\}\s*\Z')
+_NOT_IDS = bytes(range(256)).translate(None, b"0123456789, \t\r\n")
+
+
+def id_array(parts: list[bytes]) -> list[bytes] | None:
+    """The `[...]` of a `{"tokens": [...]}` body that arrived in pieces, as pieces, when it holds only ids
+    (digits, commas, spaces); else None. Each byte is looked at once, a piece at a time (short C calls)."""
+    parts = list(parts)
+    while len(parts) > 1 and len(parts[0]) < 64:  # the envelope's ends within one piece each
+        parts[0:2] = [parts[0] + parts[1]]
+    while len(parts) > 1 and len(parts[-1]) < 64:
+        parts[-2:] = [parts[-2] + parts[-1]]
+    if not parts:
+        return None
+    head = _ARRAY_HEAD.match(parts[0])
+    window = parts[-1][-64:]
+    tail = _ARRAY_TAIL.search(window)
+    if head is None or tail is None:
+        return None
+    end = len(parts[-1]) - len(window) + tail.start()
+    if len(parts) == 1:
+        if end - head.end() < 2:
+            return None
+        body = [parts[0][head.end():end]]
+    else:
+        body = [parts[0][head.end():], *parts[1:-1], parts[-1][:end]]
+    if body[0][:1] != b"[" or body[-1][-1:] != b"]":
+        return None
+    for k, piece in enumerate(body):
+        inner = piece[1 if k == 0 else 0: len(piece) - 1 if k == len(body) - 1 else len(piece)]
+        if inner.translate(None, _NOT_IDS) != inner:
+            return None
+    return body
 
 
 def _token_ids(tokens: list[Any]) -> list[int]:

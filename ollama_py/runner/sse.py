@@ -450,6 +450,43 @@ async def _decoded(text: bytearray) -> Any:
     return await asyncio.to_thread(bigjson.loads, text)  # in slices: json.loads would hold the GIL throughout
 
 
+class _PartsReply(_Reply):
+    """A small call's large response (a 32 MB text's token ids) kept as the pieces that arrived: no growing
+    buffer copied on the event loop, no decoding (the caller relays the bytes)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None) -> None:
+        super().__init__(loop, read_timeout)
+        self.parts: list[bytes] = []
+
+    def _body(self, data: bytes) -> None:
+        if self._finished or self._chunked or self.status != 200:
+            super()._body(data)
+            return
+        if self._remaining >= 0:
+            data = data[: self._remaining]
+            self._remaining -= len(data)
+        self.parts.append(data)
+        if self._remaining == 0:
+            self._end_of_body()
+
+
+async def post_for_parts(host: str, port: int, path: str, body: dict[str, Any], *, read_timeout: float | None = None,
+                         headers: dict[str, str] | None = None, streams: set[SSEStream] | None = None) -> list[bytes]:
+    """post_json's call, its 200 answer's body as the pieces it arrived in (a chunked answer as one piece)."""
+    reply = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers, reply=_PartsReply,
+                              accept=b"application/json")
+    if streams is not None:
+        streams.add(reply)
+    try:
+        while await reply.wait():
+            pass
+    finally:
+        reply.close()
+        if streams is not None:
+            streams.discard(reply)
+    return reply.parts if not reply._text else [bytes(reply._text)]
+
+
 class _KeptReply(_Reply):
     """A small call's response on a connection that stays open for the next call (see KeptConnection)."""
 

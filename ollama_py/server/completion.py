@@ -21,6 +21,7 @@ from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import RequestStats, current_stats
+from ollama_py.server.offload import per_item
 from ollama_py.server.rendering import render_gguf_chat, render_off_loop
 from ollama_py.server.truncation import (
     TOO_LONG,
@@ -452,7 +453,7 @@ async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: str | list[
 
     async def attempt(k: int) -> tuple[list[Message], str | list[Any], list[int]]:
         """The prompt without the k oldest droppable messages, and its tokens."""
-        kept = without(messages, order[:k])
+        kept = await per_item(len(messages), without, messages, order[:k])
         attempt_prompt = await build_prompt(dataclasses.replace(req, messages=kept), loaded)
         if isinstance(attempt_prompt, dict):
             raise error

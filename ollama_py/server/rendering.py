@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from ollama_py.api.wire import Message, Tool
 from ollama_py.errors import TemplateError
 from ollama_py.server.fair_pool import INLINE_CAP, FairPool, key_of
+from ollama_py.server.offload import per_item
 from ollama_py.template.exec import DEFAULT_LIMITS as GO_LIMITS
 from ollama_py.template.jinja_chat import (
     DEFAULT_LIMITS,
@@ -215,29 +216,41 @@ def _candidates(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[
     return out
 
 
+def _prepared(messages: Sequence[Message], tools: Sequence[Tool] | None,
+              ) -> tuple[list[dict[str, Any]], tuple[Any, ...], Limits, bool]:
+    """The messages as the runner takes them, their shape, the render limits, and whether any has images."""
+    body = [oai_message(m) for m in messages]
+    return body, _shape(body, tools), _limits(body, tools), any(m.get("images") for m in messages)
+
+
+def _render_as(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[Tool] | None, verdict: _Verdict,
+               limits: Limits) -> str:
+    """render_chat set up as the runner was found to render this shape of request."""
+    messages_in = _template_messages(body, verdict.args_as_object, verdict.merge_system)
+    return render_chat(chat, messages_in, tools=cast("Any", tools), enable_thinking=bool(verdict.enable_thinking),
+                       limits=limits)
+
+
 async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Sequence[Tool] | None,
                            runner: RunnerCalls) -> str:
     """The prompt from the model's GGUF chat template: rendered here where that is known to match the runner,
     else by the runner's /apply-template. A template that passes a render limit here is a 400 (JinjaLimit): the
     runner's engine has no such limits."""
-    body = [oai_message(m) for m in messages]
+    chat = gguf_chat_template(model, bool(tools))
+    body, shape, limits, images = await per_item(len(messages), _prepared, messages, tools)
     request: dict[str, Any] = {"messages": body}
     if tools:
         request["tools"] = tools
-    chat = gguf_chat_template(model, bool(tools))
-    if chat is None or any(m.get("images") for m in messages):
+    if chat is None or images:
         return (await runner.post("/apply-template", request))["prompt"]
     verdicts = _verdicts.setdefault(runner, {})
-    key = (chat, _shape(body, tools))
+    key = (chat, shape)
     verdict = verdicts.get(key)
     if verdict is not None and verdict.enable_thinking is not None:
         verdict.uses += 1
         if verdict.uses % _RECHECK_EVERY:
             try:
-                messages_in = _template_messages(body, verdict.args_as_object, verdict.merge_system)
-                limits = _limits(body, tools)
-                job = functools.partial(render_chat, chat, messages_in, tools=tools,
-                                        enable_thinking=verdict.enable_thinking, limits=limits)
+                job = functools.partial(_render_as, chat, body, tools, verdict, limits)
                 inline = None
                 if is_compiled(chat.source) and _small(body, tools):
                     inline = functools.partial(job, limits=dataclasses.replace(limits, seconds=INLINE_CAP))

@@ -23,6 +23,7 @@ from ollama_py.server.appkeys import SCHEDULER
 from ollama_py.server.bodies import field, keep_alive, read_json, requested_model
 from ollama_py.server.completion import CompletionRequest, build_prompt, prompt_text, run_completion
 from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
+from ollama_py.server.offload import count, per_item
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import collect, content_blocks, sse
 
@@ -33,16 +34,18 @@ routes = web.RouteTableDef()
 async def messages(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
-    params = ant.parse_messages(body)
+    n = count(body.get("messages"))
+    params = await per_item(n, ant.parse_messages, body)
     name, raw_name = requested_model(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
-    check_chat_capabilities(model, raw_name, params.messages, params.tools)
+    await per_item(n, check_chat_capabilities, model, raw_name, params.messages, params.tools)
     caps = model.capabilities
     opts = merged_options(request, model, params.options)
     # Like the OpenAI route, thinking asked of a model without it is dropped rather than refused (Ollama).
     think = (True if params.think is None else params.think) if "thinking" in caps else None
-    req = CompletionRequest(model=model, options=opts, keep_alive=ka, messages=chat_messages(model, params.messages),
+    req = CompletionRequest(model=model, options=opts, keep_alive=ka,
+                            messages=await per_item(n, chat_messages, model, params.messages),
                             tools=params.tools, think=think, started=started)
     msg_id = ant.new_message_id()
     events = run_completion(request.app[SCHEDULER], req)

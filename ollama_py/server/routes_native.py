@@ -39,6 +39,7 @@ from ollama_py.server.bodies import (
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
+from ollama_py.server.offload import LONG, count, per_item
 from ollama_py.server.rendering import parse_off_loop
 from ollama_py.server.streaming import Lane, collect, encode_long, long_context, ndjson, ndjson_line, now_rfc3339
 from ollama_py.store.models import rfc3339
@@ -296,14 +297,16 @@ async def chat(request: web.Request) -> web.StreamResponse:
     top = logprobs.requested(body)  # checked first, as Ollama does
     name, raw_name = requested_model(body)
     raw_messages = body.get("messages")
-    if image_chars(raw_messages) > _IMAGES_ON_LOOP:  # a 60 MB image holds the loop for a second in the check
+    n_messages = count(raw_messages)
+    if image_chars(raw_messages) > _IMAGES_ON_LOOP or n_messages > LONG:  # a 60 MB image: a second in the check
         messages = await asyncio.to_thread(_check_messages, raw_messages)
     else:
         messages = _check_messages(raw_messages)
     tools = _check_tools(body.get("tools"))
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
-    check_chat_capabilities(model, raw_name, messages, tools, lambda: _check_think(body, model, raw_name))
+    await per_item(n_messages, check_chat_capabilities, model, raw_name, messages, tools,
+                   lambda: _check_think(body, model, raw_name))
     opts = merged_options(request, model, body.get("options"))
     if not messages:
         reason = await _load_or_unload(request, model, opts, ka)
@@ -311,7 +314,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                                 "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": reason}
         return web.json_response(answer)
     req = CompletionRequest(model=model, options=opts, keep_alive=ka, format=body.get("format"),
-                            messages=chat_messages(model, messages), tools=tools, think=_think(body, model),
+                            messages=await per_item(n_messages, chat_messages, model, messages), tools=tools,
+                            think=_think(body, model),
                             logprobs=top, started=started, truncate=field(body, "truncate", bool, True),
                             shift=field(body, "shift", bool, True),
                             progress=_progress(body))

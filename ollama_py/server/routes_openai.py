@@ -27,6 +27,7 @@ from ollama_py.server.appkeys import CONFIG, SCHEDULER, STORE
 from ollama_py.server.bodies import keep_alive, read_json, requested_model
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
+from ollama_py.server.offload import count, per_item
 from ollama_py.server.routes_native import chat_messages
 from ollama_py.server.streaming import Lane, collect, content_blocks, sse, sse_event
 
@@ -43,10 +44,12 @@ async def _chat_request(request: web.Request, body: dict[str, Any], names: tuple
     name, raw_name = names
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)
-    check_chat_capabilities(model, raw_name, params.messages, params.tools)
+    n = len(params.messages)
+    await per_item(n, check_chat_capabilities, model, raw_name, params.messages, params.tools)
     opts = merged_options(request, model, params.options)
     return CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
-                             messages=chat_messages(model, params.messages), tools=params.tools, logprobs=logprobs,
+                             messages=await per_item(n, chat_messages, model, params.messages), tools=params.tools,
+                             logprobs=logprobs,
                              think=oai.think_for(params.think, model), started=started)
 
 
@@ -56,7 +59,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     names = requested_model(body)
     raw_name = names[1]
-    params = oai.parse_chat(body)
+    params = await per_item(count(body.get("messages")), oai.parse_chat, body)
     req = await _chat_request(request, body, names, params, started, params.top_logprobs)
     meta = oai.new_meta("chatcmpl", raw_name)
     top = params.top_logprobs

@@ -14,6 +14,7 @@ past the model's vocabulary (its runner's n_vocab), which llama-server would ans
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -59,10 +60,21 @@ async def tokenize(request: web.Request) -> web.StreamResponse:
     embedding = "completion" not in model.capabilities
     async with request.app[SCHEDULER].use(model, opts, ka, embedding=embedding) as loaded:
         try:
-            tokens = await loaded.client.tokenize(text, add_special=False) if text else []
+            array = await loaded.client.tokenize_array(text) if len(text) > _TEXT_RELAYED else None
+            tokens = await loaded.client.tokenize(text, add_special=False) if text and array is None else []
         except UpstreamLost as e:
             raise RunnerError(str(e)) from None
         load_ns = _load_ns(loaded, started)
+    if array is not None:  # a long text's ids, relayed as llama-server wrote them
+        head = b'{"model":%s,"tokens":' % json.dumps(raw_name).encode()
+        tail = b',"total_duration":%d,"load_duration":%d}' % (int((time.perf_counter() - started) * 1e9), load_ns)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+        resp.content_length = len(head) + sum(len(p) for p in array) + len(tail)
+        await resp.prepare(request)
+        for piece in [head, *array, tail]:
+            await resp.write(piece)
+        await resp.write_eof()
+        return resp
     answer = {"model": raw_name, "tokens": tokens, "total_duration": int((time.perf_counter() - started) * 1e9),
               "load_duration": load_ns}
     if len(tokens) > _TOKENS_ON_LOOP:  # millions of ids: encoded in a thread, in slices, and written a piece at a
@@ -79,6 +91,7 @@ async def tokenize(request: web.Request) -> web.StreamResponse:
 
 
 _TOKENS_ON_LOOP = 50_000
+_TEXT_RELAYED = 200_000  # characters of text whose ids are relayed as the runner's bytes (tokenize_array)
 
 
 @routes.post("/api/detokenize")

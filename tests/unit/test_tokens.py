@@ -93,3 +93,40 @@ async def test_anthropic_client_counts_tokens(client):
     count = await asyncio.to_thread(c.messages.count_tokens, model="tiny",
                                     messages=[{"role": "user", "content": "hi there"}])
     assert count.input_tokens > 2
+
+
+async def test_a_long_text_s_ids_are_the_runner_s_relayed_as_they_came(client):
+    """Past 200,000 characters the ids are relayed as llama-server's bytes (never millions of Python ints, whose
+    freeing alone held the loop 0.1 s for a 32 MB text): the same ids the runner gives, in Ollama's fields."""
+    import aiohttp
+
+    from ollama_py.server.appkeys import SCHEDULER
+
+    text = "".join(f"word{i % 977} " for i in range(60_000))
+    r = await client.post("/api/tokenize", json={"model": "tiny", "text": text})
+    assert r.status == 200
+    answer = await r.json()
+    assert list(answer) == ["model", "tokens", "total_duration", "load_duration"]
+    assert answer["model"] == "tiny" and answer["total_duration"] > 0
+    (loaded,) = client.server.app[SCHEDULER].loaded.values()
+    async with aiohttp.ClientSession(headers=loaded.client._headers) as s, \
+            s.post(loaded.client.base_url + "/tokenize", json={"content": text}) as direct:
+        assert answer["tokens"] == (await direct.json())["tokens"]
+    assert len(answer["tokens"]) >= 60_000
+
+
+@pytest.mark.parametrize("parts, expected", [
+    ([b'{"tokens":[1,2,3]}'], [b"[1,2,3]"]),
+    ([b'{"tokens": []}\n'], [b"[]"]),
+    ([b'{"tok', b'ens":[1,', b"2,3]}"], [b"[1,2,3]"]),
+    ([b'{"tokens":[' + b"12345," * 20, b"1," * 100, b"7]}"], [b"[" + b"12345," * 20 + b"1," * 100 + b"7]"]),
+    ([b'{"tokens":[{"id":1,"piece":"a"}]}'], None),  # pieces: decoded the ordinary way
+    ([b'{"tokens":[1,2],"x":1}'], None),
+    ([b'{"error":{"message":"no"}}'], None),
+    ([], None),
+])
+def test_id_array_takes_only_a_plain_array_of_ids(parts, expected):
+    from ollama_py.runner.client import id_array
+
+    got = id_array(parts)
+    assert (got if got is None else [b"".join(got)]) == expected
