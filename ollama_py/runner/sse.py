@@ -475,6 +475,7 @@ async def post_for_parts(host: str, port: int, path: str, body: dict[str, Any], 
     """post_json's call, its 200 answer's body as the pieces it arrived in (a chunked answer as one piece)."""
     reply = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers, reply=_PartsReply,
                               accept=b"application/json")
+    assert isinstance(reply, _PartsReply)
     if streams is not None:
         streams.add(reply)
     try:
