@@ -6,8 +6,10 @@ the work is cut into C calls of at most ~64 KB each, with Python bytecode betwee
 hands the GIL to the loop (every 5 ms). Meant to run in a worker thread, for documents past a few hundred KB.
 
     loads(raw) -> Any      what json.loads(raw) gives: string literals and runs of numbers inside arrays longer
-                           than _SLICE are cut out of the document, the rest decoded whole (it is small), the
-                           pieces decoded slice by slice and put back
+                           than _SLICE are cut out of the document, the rest decoded (whole when it is small,
+                           else the outer two levels of objects and arrays walked here and each value inside
+                           them decoded by the C scanner: 10,000 tools are 10,000 short calls), the pieces
+                           decoded slice by slice and put back
     dumps(obj) -> str      json.dumps(obj, ensure_ascii=False): long strings and lists encoded slice by slice
     dumps_chunks(obj)      the same as UTF-8 pieces of ~1 MB, to be written one at a time
 
@@ -50,11 +52,77 @@ def loads(raw: bytes | bytearray, parse_constant: Any = None) -> Any:
             pos = end
         i = end
     skeleton.append(bytes(data[pos:]))
-    doc = json.loads(b"".join(skeleton), parse_constant=parse_constant)
+    doc = _loads_skeleton(b"".join(skeleton), parse_constant)
     if not pieces:
         return doc
     values = [_decode_string(data, a, b) if kind == "s" else _decode_numbers(data, a, b) for kind, a, b in pieces]
     return _put_back(doc, tag, values)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_WALKED = 2  # levels of objects and arrays walked in Python; values deeper are one C scanner call each
+
+
+def _loads_skeleton(skeleton: bytes, parse_constant: Any) -> Any:
+    """json.loads(skeleton): whole when small; else walked (_walk), so that no single C call decodes more than
+    one value two levels down."""
+    if len(skeleton) <= 4 * _SLICE:
+        return json.loads(skeleton, parse_constant=parse_constant)
+    text = skeleton.decode(json.detect_encoding(skeleton), "surrogatepass")
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    decoder = json.JSONDecoder(parse_constant=parse_constant)
+    scan = decoder.scan_once  # type: ignore[attr-defined]
+    value, end = _walk(text, _WS.match(text, 0).end(), 0, scan)  # type: ignore[union-attr]
+    end = _WS.match(text, end).end()  # type: ignore[union-attr]
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _walk(s: str, idx: int, depth: int, scan: Any) -> tuple[Any, int]:
+    """The value at s[idx] (no whitespace before it) and the index past it."""
+    ch = s[idx:idx + 1]
+    if depth >= _WALKED or ch not in ("[", "{"):
+        try:
+            return scan(s, idx)
+        except StopIteration as e:
+            raise json.JSONDecodeError("Expecting value", s, e.value) from None
+    ws = _WS.match
+    idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
+    if ch == "[":
+        items: list[Any] = []
+        if s[idx:idx + 1] == "]":
+            return items, idx + 1
+        while True:
+            value, idx = _walk(s, idx, depth + 1, scan)
+            items.append(value)
+            idx = ws(s, idx).end()  # type: ignore[union-attr]
+            sep = s[idx:idx + 1]
+            if sep == "]":
+                return items, idx + 1
+            if sep != ",":
+                raise json.JSONDecodeError("Expecting ',' delimiter", s, idx)
+            idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
+    obj: dict[str, Any] = {}
+    if s[idx:idx + 1] == "}":
+        return obj, idx + 1
+    while True:
+        if s[idx:idx + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", s, idx)
+        key, idx = json.decoder.scanstring(s, idx + 1)  # type: ignore[attr-defined]
+        idx = ws(s, idx).end()  # type: ignore[union-attr]
+        if s[idx:idx + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", s, idx)
+        idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
+        obj[key], idx = _walk(s, idx, depth + 1, scan)
+        idx = ws(s, idx).end()  # type: ignore[union-attr]
+        sep = s[idx:idx + 1]
+        if sep == "}":
+            return obj, idx + 1
+        if sep != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", s, idx)
+        idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
 
 
 def _string_end(data: bytes | bytearray, q: int) -> int:

@@ -20,11 +20,12 @@ import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ollama_py.server.offload import BULKY, release, resume_gc
 from ollama_py.server.appkeys import CONSOLE, METRICS
 from ollama_py.server.console import is_console_path
 
@@ -54,6 +55,28 @@ class RequestStats:
     load_ns: int = 0
     cached_tokens: int = 0
     done_reason: str = ""
+    bulky: list[list[Any]] = field(default_factory=list)  # lists of millions of items, emptied off the loop at the end
+    gc_paused: bool = False  # the cycle collector is paused for this request (offload.pause_gc)...
+    gc_until_done: bool = False  # ...until it is over (else until its first output)
+
+    def hold(self, value: Any) -> None:
+        """Keep a list of millions of items (token ids) to empty in a thread once the response is out: freeing it
+        where its last owner lets go, on the loop, took ~25 ms per 20M items (offload.release)."""
+        if isinstance(value, list) and len(value) > BULKY:
+            self.bulky.append(value)
+
+    def gc_paused_for(self, *, until_done: bool) -> None:
+        """The request paused the cycle collector (offload.pause_gc): it is resumed at the first output (the
+        model's first token), or with `until_done` when the request is over."""
+        if self.gc_paused and not until_done:
+            resume_gc()  # one pause per request
+        self.gc_paused = True
+        self.gc_until_done = self.gc_until_done or until_done
+
+    def _resume_gc(self) -> None:
+        if self.gc_paused:
+            self.gc_paused = False
+            resume_gc()
 
     def note_model(self, model: Model | ModelName | str) -> None:
         """The model this request uses: a store Model (its short name) or a name."""
@@ -64,6 +87,8 @@ class RequestStats:
         """Called for every upstream event; the first call is the time to first token."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
+            if self.gc_paused and not self.gc_until_done:
+                self._resume_gc()
 
     def finished(self, final: Final) -> None:
         """The completion's Final (server/completion.py): token counts and the runner's timings."""
@@ -133,6 +158,8 @@ async def access_log_middleware(request: web.Request,
     try:
         response = await handler(request)
         status = response.status
+        if stats.bulky:
+            await release(stats.bulky)
         return response
     except web.HTTPException as e:  # redirects and the like that the error middleware lets through
         status = e.status
@@ -142,6 +169,7 @@ async def access_log_middleware(request: web.Request,
         raise
     finally:
         _current.reset(token)
+        stats._resume_gc()
         duration = time.perf_counter() - stats.started
         metrics = request.app.get(METRICS)
         if metrics is not None:

@@ -15,6 +15,9 @@ from ollama_py import bigjson
 from ollama_py.api.names import ModelName, parse_name
 from ollama_py.config import parse_duration
 from ollama_py.errors import BadRequest
+from ollama_py.server import offload
+from ollama_py.server.access_log import current_stats
+from ollama_py.server.appkeys import SETTINGS
 
 _TYPE_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -90,6 +93,16 @@ _IDS_OFF_LOOP = 100_000
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
     """The body as a JSON object. JSON that Go's decoder refuses is refused too: NaN/Infinity literals, numbers
     past float64's range, and nesting deep enough to exhaust the parser. A large body is decoded off the loop."""
+    if (request.content_length or 0) > _DECODE_OFF_LOOP:
+        parts = await _read_parts(request)
+        # A big body means big work before the answer starts (decoding, checks, a render of thousands of tools):
+        # the cycle collector waits until then, or to the end for lists of millions of items (offload.py)
+        offload.pause_gc()
+        current_stats().gc_paused_for(until_done=False)
+        body = await asyncio.to_thread(lambda: decode_big_json(_joined(parts)))
+        if offload.holds_bulky(body):
+            current_stats().gc_paused_for(until_done=True)
+        return body
     raw = await request.read()
     if not raw.strip():
         if allow_empty:
@@ -100,7 +113,31 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
     return decode_json(raw)
 
 
-def decode_big_json(raw: bytes) -> dict[str, Any]:
+async def _read_parts(request: web.Request) -> list[bytes]:
+    """A large body as the pieces it arrived in: aiohttp's read() grows one buffer and copies it whole at the end,
+    ~40 ms of the loop for 64 MiB; here the pieces are joined in a thread (_joined). The size limit as read()'s."""
+    limit = request.app[SETTINGS].max_body_bytes if SETTINGS in request.app else 0
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await request.content.readany():
+        parts.append(chunk)
+        size += len(chunk)
+        if limit and size > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+    return parts
+
+
+def _joined(parts: list[bytes]) -> bytearray:
+    """The pieces in one buffer, copied a piece at a time (one join of 64 MiB is a C call holding the GIL)."""
+    out = bytearray(sum(len(p) for p in parts))
+    pos = 0
+    for p in parts:
+        out[pos:pos + len(p)] = p
+        pos += len(p)
+    return out
+
+
+def decode_big_json(raw: bytes | bytearray) -> dict[str, Any]:
     """decode_json for a large body, in a worker thread: every step is cut into slices (bigjson), so that no
     single C call holds the GIL, and with it the event loop, for more than a few milliseconds."""
     try:
@@ -148,7 +185,7 @@ def _check_numbers(body: dict[str, Any]) -> None:
 MAX_DEPTH = 256
 
 
-def _check_depth(body: Any, raw: bytes) -> None:
+def _check_depth(body: Any, raw: bytes | bytearray) -> None:
     """BadRequest when the decoded body nests deeper than MAX_DEPTH; free for a body with few brackets."""
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return
@@ -215,7 +252,11 @@ async def token_ids(body: dict[str, Any], key: str) -> list[int] | None:
     if value is None:
         return None
     if len(value) > _IDS_OFF_LOOP:
-        return await asyncio.to_thread(_check_token_ids, value, key)
+        ids = await asyncio.to_thread(_check_token_ids, value, key)
+        stats = current_stats()
+        stats.hold(value)
+        stats.hold(ids)
+        return ids
     return _check_token_ids(value, key)
 
 

@@ -159,7 +159,9 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         return {"prompt_string": prompt, "multimodal_data": images}
     if req.context:
         if len(req.context) > 100_000:  # a list copy of millions of ids: off the loop, a slice at a time
-            return await asyncio.to_thread(_joined, req.context, prompt)
+            joined = await asyncio.to_thread(_joined, req.context, prompt)
+            current_stats().hold(joined)
+            return joined
         return [*req.context, prompt]
     return prompt
 
@@ -408,6 +410,7 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
         prompt_tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
         if len(req.context or ()) + len(prompt_tokens) > 100_000:  # millions of ids: copied a slice at a time
             context = await asyncio.to_thread(_concat, req.context or [], prompt_tokens, out.tokens)
+            current_stats().hold(context)
         else:
             context = [*(req.context or []), *prompt_tokens, *out.tokens]
     text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in out.text)
@@ -490,7 +493,8 @@ async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: str | list[
         ids = [*req.context, *tokens] if req.context else tokens
         return cut_tokens(ids, limit, keep), len(ids)
 
-    ids_cut, n_ids = await asyncio.to_thread(cut) if len(tokens) > 100_000 else cut()  # millions of ids: off the loop
+    n = len(tokens) + len(req.context or ())
+    ids_cut, n_ids = await asyncio.to_thread(cut) if n > 100_000 else cut()  # millions of ids: off the loop
     fitted = Fitted(ids_cut, kept, before or n_ids, len(ids_cut))
     log_truncation(req.model.name, fitted, n_ctx)
     return fitted

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import gc
 import logging
 import socket
 import sys
@@ -84,6 +85,9 @@ def run_server(settings: Settings) -> None:
     # switch interval: at the default 5 ms, a request needing a few GIL hand-overs waits tens of milliseconds
     # behind it; at 1 ms the loop answers others within a few.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    # What start-up made (modules, the app) lives as long as the server: kept out of the cycle collector's full
+    # collections, which otherwise walk all of it (~40 ms here, holding the GIL and so the loop).
+    gc.freeze()
     # Blocking work (hashing a blob, reading a GGUF) runs in threads that have no business with short slices.
     loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="ollama-py", initializer=timeslice.default_slice))
     try:

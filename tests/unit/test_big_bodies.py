@@ -140,3 +140,28 @@ async def test_a_long_context_is_written_as_the_encoder_writes_it():
     assert await encode_long(ndjson_line, event) == ndjson_line(event)
     assert await encode_long(lambda o: dumps(o).encode(), event) == dumps(event).encode()
     assert json.loads(await encode_long(ndjson_line, event))["context"] == event["context"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bigjson_decodes_a_body_made_of_many_small_values_as_json_does(seed):
+    """A 2 MiB body of 10,000 tools was one C call (~90 ms holding the GIL, so the loop); its outer levels are now
+    walked and each value decoded on its own. Same result, same errors."""
+    rng = random.Random(seed)
+    leaves = [1, -2.5e3, "x", "é\\u2028", None, True, False, [], {}, [1, [2, {"a": []}]], {"k": {"j": [None]}}]
+
+    def value(depth: int) -> Any:
+        if depth > 3 or rng.random() < 0.3:
+            return rng.choice(leaves)
+        if rng.random() < 0.5:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {f"k{rng.randint(0, 9)}": value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    doc = {"model": "m", "tools": [value(1) for _ in range(20_000)], "n": [value(2) for _ in range(2000)]}
+    raw = json.dumps(doc, indent=rng.choice([None, 1])).encode()
+    assert len(raw) > 4 * (1 << 16)
+    assert bigjson.loads(raw) == json.loads(raw)
+    for bad in (raw[:-1], raw + b" x", raw.replace(b":", b"", 1), raw.replace(b",", b",,", 1)):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            bigjson.loads(bad)
