@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ollama_py.server.offload import BULKY, release, resume_gc
 from ollama_py.server.appkeys import CONSOLE, METRICS
 from ollama_py.server.console import is_console_path
+from ollama_py.server.offload import BULKY, release, resume_gc
 
 if TYPE_CHECKING:
     from ollama_py.api.names import ModelName
