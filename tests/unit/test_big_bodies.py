@@ -165,3 +165,33 @@ def test_bigjson_decodes_a_body_made_of_many_small_values_as_json_does(seed):
             json.loads(bad)
         with pytest.raises(ValueError):
             bigjson.loads(bad)
+
+
+async def test_big_bodies_pause_the_cycle_collector_only_while_they_are_served(served):
+    """A body past 256 KiB pauses Python's cycle collector (its full collections walked lists of millions of ids
+    and thousands of rendered tools, holding the loop up to 180 ms); whatever the request's outcome, it is on
+    again once the request is over, and the token-id lists it held are emptied (freed off the loop)."""
+    import gc
+
+    from ollama_py.server.offload import release
+
+    tools = [{"type": "function", "function": {"name": f"t{i}", "parameters": {"type": "object"}}}
+             for i in range(5000)]
+    bodies = [
+        ("/api/generate", {"model": "tiny", "prompt": "hi", "stream": False, "context": [7] * 300_000}),
+        ("/api/chat", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": tools,
+                       "stream": False}),  # a model without tools: refused after the decode
+        ("/api/chat", {"model": "tiny", "messages": [{"role": "user", "content": "x " * 200_000}],
+                       "stream": True, "options": {"num_predict": 2}}),
+        ("/api/generate", {"model": "nope", "prompt": "hi", "context": [1] * 200_000}),
+    ]
+    assert gc.isenabled()
+    statuses = []
+    for path, body in bodies:
+        statuses.append((await _post(served + path, json.dumps(body).encode()))[0] if body.get("stream") is not True
+                        else (await asyncio.to_thread(requests.post, served + path, json=body, timeout=60)).status_code)
+        assert gc.isenabled(), path
+    assert statuses == [200, 400, 200, 404]
+    ids, more = list(range(300_000)), [1] * 200_000
+    await release([ids, more])
+    assert ids == [] and more == []
