@@ -522,6 +522,81 @@ def more_issue_34(b: Bench, scratch: Path, config: Path) -> None:
 _serve_pid = 0
 
 
+SLOW_CONVERTER = """import os, sys, time
+print("loading the model", flush=True)
+time.sleep(600)
+"""
+
+
+def create_hang_up(b: Bench, scratch: Path) -> None:
+    """Issue 34: a client that hangs up during /api/create's conversion; the converter ran on for nobody. A serve
+    of its own, whose converter takes ten minutes (it sleeps)."""
+
+    from tests.helpers.app import create_tiny_model, make_settings
+
+    global _serve_pid
+    scratch = scratch / "hang-up"
+    scratch.mkdir(parents=True, exist_ok=True)
+    create_tiny_model(make_settings(scratch), write_tiny_gguf(scratch / "tiny.gguf"))
+    runners = fake_runners_dir(scratch)
+    (runners / "convert").mkdir(exist_ok=True)
+    (runners / "convert" / "convert_hf_to_gguf.py").write_text(SLOW_CONVERTER)
+    proc, url, _ = start_serve(scratch, {"OLLAMA_RUNNERS_DIR": str(runners), "OLLAMA_NOUI": "1"})
+    main_url, main_pid = b.url, _serve_pid
+    b.url, _serve_pid = url, proc.pid
+    try:
+        _create_hang_up(b, scratch)
+    finally:
+        b.url, _serve_pid = main_url, main_pid
+        stop_serve(proc)
+
+
+def _create_hang_up(b: Bench, scratch: Path) -> None:
+    import psutil
+
+    files = {}
+    (scratch / "hf").mkdir(exist_ok=True)
+    for name, data in {"config.json": json.dumps({"architectures": ["LlamaForCausalLM"]}).encode(),
+                       "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}.items():
+        (scratch / "hf" / name).write_bytes(data)
+        files[name] = upload_blob(b.url, scratch / "hf" / name)
+
+    def converters() -> list[psutil.Process]:
+        with contextlib.suppress(psutil.Error):
+            return [p for p in psutil.Process(_serve_pid).children(recursive=True)
+                    if any("convert" in part for part in p.cmdline())]
+        return []
+
+    def send() -> tuple[str, str]:
+        host, port = b.url.removeprefix("http://").rsplit(":", 1)
+        payload = json.dumps({"model": "left", "files": files}).encode()
+        s = socket.create_connection((host, int(port)), timeout=60)  # a raw client: it leaves when it chooses
+        s.sendall(b"POST /api/create HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(payload), payload))
+        seen = b""
+        while b"converting model" not in seen:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            seen += chunk
+        status = seen.split(b" ", 2)[1].decode() if seen.startswith(b"HTTP/") else "no answer"
+        deadline = time.monotonic() + 30
+        while not converters() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        running = len(converters())
+        s.close()  # the client hangs up
+        deadline = time.monotonic() + 30
+        blobs = scratch / "models" / "blobs"
+        while (converters() or list(blobs.glob("sha256-tmp-*"))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = len(converters())
+        temp = list(blobs.glob("sha256-tmp-*"))
+        return status, (f"converters running when the client left: {running}, 30 s later: {left}; "
+                                    f"temporary files left: {len(temp)}")
+
+    b.step("create", "the client hangs up while its HF import is converting", send)
+
+
 def _cpu_seconds(pid: int) -> float:
     with contextlib.suppress(OSError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -539,7 +614,7 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
     config = scratch / "config.toml"
     config.write_text('[models."tiny"]\naliases = ["small"]\n')
     runners = fake_runners_dir(scratch)
-    if (ROOT / "runners" / "convert").is_dir():  # the real converter, for the HF import case
+    if (ROOT / "runners" / "convert").is_dir():  # the real converter, for the HF import with model code
         with contextlib.suppress(FileExistsError):
             (runners / "convert").symlink_to(ROOT / "runners" / "convert")
     proc, url, env = start_serve(scratch, {"OLLAMA_RUNNERS_DIR": str(runners), "OLLAMA_PY_CONFIG": str(config),
@@ -556,6 +631,7 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
                 case(b)
         if not only or "more_issue_34" in only:
             more_issue_34(b, scratch, config)
+            create_hang_up(b, scratch)
         if not only:
             deleted_blob(b, scratch / "models", scratch)
             hostile_registry(b, proc.pid)

@@ -290,9 +290,9 @@ def report(tally: Tally, load: dict[str, Any] | None, bad: Counter | None, round
 def hardening_section(rows: list[hardening.Row]) -> list[str]:
     idle = next((r.gap_ms for r in rows if r.case.startswith("idle")), 0.0)
     return [
-        "## Hostile and unlucky requests (issue 22)", "",
-        "bench/hardening.py, one `serve` over the fake runner (`OLLAMA_PY_MAX_CONNECTIONS=64`, otherwise the"
-        " defaults). Each step sends one thing and records the status and the error text; meanwhile a ticker (another"
+        "## Hostile and unlucky requests (issues 22 and 34)", "",
+        f"bench/hardening.py, one `serve` over the fake runner (`OLLAMA_PY_MAX_CONNECTIONS={hardening.CAP}`, a config"
+        " file with one alias, the web console on, otherwise the defaults). Each step sends one thing and records the status and the error text; meanwhile a ticker (another"
         " client, its own thread and keep-alive connection) asks `GET /api/version` every 10 ms, and *largest gap* is"
         " the longest time between two of its answers during the step: how long the gateway's event loop was"
         f" unavailable to everyone else, plus this machine's noise (the idle row: {idle:.0f} ms). Every step ran"
