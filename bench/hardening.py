@@ -18,6 +18,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import select
 import socket
 import statistics
@@ -63,6 +64,7 @@ class Row:
     gap_ms: float  # the largest gap between two answers the ticker saw during the step (median over runs)
     ticker_errors: int  # the ticker's requests that failed (connection refused/reset, status != 200)
     gaps: tuple[float, ...] = ()  # the step's gap in each run, when repeated
+    loop_ms: float = 0.0  # the longest the serve's own event loop was held (OLLAMA_PY_LOOP_WARN_MS), median
 
 
 @dataclass
@@ -115,13 +117,31 @@ def error_text(r: requests.Response) -> str:
     return json.dumps(body)[:160]
 
 
+LOOP_WARN_MS = 20  # serve logs each hold of its event loop past this (server/loop_watch.py)
+_HELD = re.compile(r"event loop held for (\d+) ms")
+
+
 @dataclass
 class Bench:
     url: str
     rows: list[Row] = field(default_factory=list)
+    log: Path | None = None  # the serve's log, where its loop watch writes
+
+    def _log_size(self) -> int:
+        return self.log.stat().st_size if self.log is not None and self.log.exists() else 0
+
+    def _held_ms(self, since: int) -> float:
+        """The longest loop hold serve logged after byte `since` of its log (0: none past LOOP_WARN_MS)."""
+        if self.log is None:
+            return 0.0
+        with open(self.log, "rb") as f:
+            f.seek(since)
+            text = f.read().decode("utf-8", "replace")
+        return max((float(m) for m in _HELD.findall(text)), default=0.0)
 
     def step(self, case: str, step: str, send: Callable[[], tuple[str, str]]) -> tuple[str, str]:
         ticker = Ticker(self.url)
+        since = self._log_size()
         with ticker.running():
             time.sleep(0.1)  # the ticker's first answers: its connection is open before the step begins
             try:
@@ -131,8 +151,11 @@ class Bench:
             except requests.RequestException as e:
                 status, text = "no answer", type(e).__name__
             time.sleep(0.1)
-        self.rows.append(Row(case, step, status, text, ticker.gap_ms, ticker.errors))
-        print(f"{case} / {step}: {status} {text[:100]!r} gap {ticker.gap_ms:.0f} ms", file=sys.stderr)
+        time.sleep(0.05)  # the loop watch's line for a hold that just ended
+        held = self._held_ms(since)
+        self.rows.append(Row(case, step, status, text, ticker.gap_ms, ticker.errors, loop_ms=held))
+        print(f"{case} / {step}: {status} {text[:100]!r} gap {ticker.gap_ms:.0f} ms, loop held {held:.0f} ms",
+              file=sys.stderr)
         return status, text
 
     def call(self, method: str, path: str, timeout: float = 120, **kw: Any) -> tuple[str, str]:
@@ -619,9 +642,10 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
             (runners / "convert").symlink_to(ROOT / "runners" / "convert")
     proc, url, env = start_serve(scratch, {"OLLAMA_RUNNERS_DIR": str(runners), "OLLAMA_PY_CONFIG": str(config),
                                            "OLLAMA_PY_MAX_CONNECTIONS": str(CAP),
+                                           "OLLAMA_PY_LOOP_WARN_MS": str(LOOP_WARN_MS),
                                            "FAKE_TOKENS": "2", "FAKE_TOKEN_DELAY": "0.005"})
     _serve_pid = proc.pid
-    b = Bench(url)
+    b = Bench(url, log=scratch / "serve.log")
     try:
         b.call("POST", "/api/generate", json={"model": "tiny", "prompt": "warm up", "stream": False})
         only = set(filter(None, os.environ.get("HARDENING_ONLY", "").split(",")))  # while developing a case
@@ -656,19 +680,21 @@ def run_repeated(scratch: Path, gguf: Path, times: int) -> list[Row]:
         statuses = sorted({r.status for r in same})
         text = first.text if len(statuses) == 1 else f"{first.text} (statuses over the runs: {', '.join(statuses)})"
         out.append(Row(first.case, first.step, first.status, text, statistics.median(gaps),
-                       sum(r.ticker_errors for r in same), gaps))
+                       sum(r.ticker_errors for r in same), gaps, statistics.median(r.loop_ms for r in same)))
     return out
 
 
 def table(rows: list[Row]) -> list[str]:
-    out = ["| case | step | status | error text (or answer) | largest gap, median | each run | ticker errors |",
-           "|---|---|---|---|---:|---|---:|"]
+    out = ["| case | step | status | error text (or answer) | largest gap, median | each run | ticker errors "
+           "| serve's loop held, median |", "|---|---|---|---|---:|---|---:|---:|"]
     for r in rows:
         text = r.text.replace("|", "\\|").replace("\n", " ")
         if len(text) > 220:
             text = text[:217] + "..."
         each = " / ".join(f"{g:.0f}" for g in r.gaps)
-        out.append(f"| {r.case} | {r.step} | {r.status} | {text} | {r.gap_ms:.0f} ms | {each} | {r.ticker_errors} |")
+        held = f"{r.loop_ms:.0f} ms" if r.loop_ms else f"< {LOOP_WARN_MS} ms"
+        out.append(f"| {r.case} | {r.step} | {r.status} | {text} | {r.gap_ms:.0f} ms | {each} | {r.ticker_errors} "
+                   f"| {held} |")
     return out
 
 

@@ -197,6 +197,7 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     rpc_servers: tuple[str, ...] = ()
     max_body_bytes: int = 64 * 1024 * 1024  # OLLAMA_PY_MAX_BODY: a larger request body is a 413 (README)
+    loop_warn_ms: int = 0  # OLLAMA_PY_LOOP_WARN_MS: log each time the event loop is held longer (0: off)
     max_connections: int = 0  # OLLAMA_PY_MAX_CONNECTIONS; 0: half the open-file limit, at most 16384
     read_timeout: float = 30.0  # OLLAMA_PY_READ_TIMEOUT: a request head, or a pause in a body, may take this long
     # OLLAMA_PY_PULL_MIN_RATE: bytes/s a blob download must average over each minute, or the pull fails; 0: none
@@ -269,6 +270,7 @@ class Settings:
             rpc_servers=tuple(s.strip() for s in _var(env, "OLLAMA_RPC_SERVERS").split(",") if s.strip()),
             max_connections=_uint(env, "OLLAMA_PY_MAX_CONNECTIONS", 0),
             max_body_bytes=_uint(env, "OLLAMA_PY_MAX_BODY", 64 * 1024 * 1024) or 64 * 1024 * 1024,
+            loop_warn_ms=_uint(env, "OLLAMA_PY_LOOP_WARN_MS", 0),
             read_timeout=read_timeout if read_timeout > 0 else FOREVER,
             pull_min_rate=_uint(env, "OLLAMA_PY_PULL_MIN_RATE", 8 * 1024),
             import_dirs=parse_import_dirs(_var(env, "OLLAMA_PY_IMPORT_DIRS")),

@@ -21,7 +21,7 @@ from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
 from ollama_py.scheduler.scheduler import Loaded, Scheduler
 from ollama_py.server.access_log import RequestStats, current_stats
-from ollama_py.server.offload import per_item
+from ollama_py.server.offload import BULKY, per_item, release
 from ollama_py.server.rendering import render_gguf_chat, render_off_loop
 from ollama_py.server.truncation import (
     TOO_LONG,
@@ -411,6 +411,7 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
         if len(req.context or ()) + len(prompt_tokens) > 100_000:  # millions of ids: copied a slice at a time
             context = await asyncio.to_thread(_concat, req.context or [], prompt_tokens, out.tokens)
             current_stats().hold(context)
+            await release([prompt_tokens])  # copied into context: emptied off the loop, not freed on it
         else:
             context = [*(req.context or []), *prompt_tokens, *out.tokens]
     text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in out.text)
@@ -495,6 +496,8 @@ async def fit_prompt(req: CompletionRequest, loaded: Loaded, prompt: str | list[
 
     n = len(tokens) + len(req.context or ())
     ids_cut, n_ids = await asyncio.to_thread(cut) if n > 100_000 else cut()  # millions of ids: off the loop
+    if len(tokens) > BULKY and ids_cut is not tokens:  # millions of ints freed here would hold the loop ~50 ms
+        await release([tokens])
     fitted = Fitted(ids_cut, kept, before or n_ids, len(ids_cut))
     log_truncation(req.model.name, fitted, n_ctx)
     return fitted

@@ -18,8 +18,9 @@ from aiohttp import web
 from ollama_py import __version__, timeslice
 from ollama_py.config import Settings
 from ollama_py.server.app import create_app
-from ollama_py.server.appkeys import CONNECTIONS, SCHEDULER
+from ollama_py.server.appkeys import CONNECTIONS, SCHEDULER, SETTINGS
 from ollama_py.server.connections import GuardedSite, raise_open_file_limit
+from ollama_py.server.loop_watch import LoopWatch
 from ollama_py.store.lock import StoreLocked
 
 log = logging.getLogger(__name__)
@@ -101,10 +102,17 @@ async def _serve(app: web.Application, sock: socket.socket) -> None:
     runner = web.AppRunner(app, handle_signals=True, access_log=None, shutdown_timeout=5.0,
                            keepalive_timeout=75.0, handler_cancellation=True)
     await runner.setup()
+    settings = app[SETTINGS]
+    watch = None
+    if settings.loop_warn_ms:
+        watch = LoopWatch(asyncio.get_running_loop(), settings.loop_warn_ms / 1000)
+        watch.start()
     try:
         await GuardedSite(runner, sock, app[CONNECTIONS]).start()
         await asyncio.Event().wait()  # until SIGTERM/SIGINT raise GracefulExit (handle_signals)
     finally:
+        if watch is not None:
+            watch.stop()
         await runner.cleanup()
 
 
