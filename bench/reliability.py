@@ -292,13 +292,15 @@ def hardening_section(rows: list[hardening.Row]) -> list[str]:
     return [
         "## Hostile and unlucky requests (issues 22 and 34)", "",
         f"bench/hardening.py, one `serve` over the fake runner (`OLLAMA_PY_MAX_CONNECTIONS={hardening.CAP}`, a config"
-        " file with one alias, the web console on, otherwise the defaults). Each step sends one thing and records the status and the error text; meanwhile a ticker (another"
+        " file with one alias, the web console on, `OLLAMA_PY_LOOP_WARN_MS=20`, otherwise the defaults). Each step"
+        " sends one thing and records the status and the error text; meanwhile a ticker (another"
         " client, its own thread and keep-alive connection) asks `GET /api/version` every 10 ms, and *largest gap* is"
         " the longest time between two of its answers during the step: how long the gateway's event loop was"
         f" unavailable to everyone else, plus this machine's noise (the idle row: {idle:.0f} ms). Every step ran"
         f" {len(rows[0].gaps)} times, each run on a fresh serve; the gap is the median of the runs (each run's is"
         " listed: a neighbour on this shared machine can stretch any one of them), status and text the first"
-        " run's.", "",
+        " run's. *serve's loop held* is the longest hold of serve's own event loop that it logged"
+        " (server/loop_watch.py, median of the runs): the gap without the ticker's own waits for a CPU.", "",
         *hardening.table(rows), "",
         "Reading it: the printf bomb's 200 is Go's answer too (a width past 1e6 is not a width: the template"
         " prints `%!(NOVERB)%!(EXTRA int=1)`, as Go's fmt does); `\"9999999999h\"` is a 400 because Go's"
