@@ -97,13 +97,9 @@ def _walk(s: str, idx: int, depth: int, scan: Any) -> tuple[Any, int]:
         while True:
             value, idx = _walk(s, idx, depth + 1, scan)
             items.append(value)
-            idx = ws(s, idx).end()  # type: ignore[union-attr]
-            sep = s[idx:idx + 1]
-            if sep == "]":
-                return items, idx + 1
-            if sep != ",":
-                raise json.JSONDecodeError("Expecting ',' delimiter", s, idx)
-            idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
+            done, idx = _after_value(s, idx, "]")
+            if done:
+                return items, idx
     obj: dict[str, Any] = {}
     if s[idx:idx + 1] == "}":
         return obj, idx + 1
@@ -116,13 +112,21 @@ def _walk(s: str, idx: int, depth: int, scan: Any) -> tuple[Any, int]:
             raise json.JSONDecodeError("Expecting ':' delimiter", s, idx)
         idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
         obj[key], idx = _walk(s, idx, depth + 1, scan)
-        idx = ws(s, idx).end()  # type: ignore[union-attr]
-        sep = s[idx:idx + 1]
-        if sep == "}":
-            return obj, idx + 1
-        if sep != ",":
-            raise json.JSONDecodeError("Expecting ',' delimiter", s, idx)
-        idx = ws(s, idx + 1).end()  # type: ignore[union-attr]
+        done, idx = _after_value(s, idx, "}")
+        if done:
+            return obj, idx
+
+
+def _after_value(s: str, idx: int, close: str) -> tuple[bool, int]:
+    """Past a value inside a container: (True, the index after `close`) at the container's end, else (False, the
+    index of the next value)."""
+    idx = _WS.match(s, idx).end()  # type: ignore[union-attr]
+    sep = s[idx:idx + 1]
+    if sep == close:
+        return True, idx + 1
+    if sep != ",":
+        raise json.JSONDecodeError("Expecting ',' delimiter", s, idx)
+    return False, _WS.match(s, idx + 1).end()  # type: ignore[union-attr]
 
 
 def _string_end(data: bytes | bytearray, q: int) -> int:

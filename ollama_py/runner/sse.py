@@ -429,6 +429,12 @@ async def post_json(host: str, port: int, path: str, body: dict[str, Any], *, re
     than 200."""
     reply = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers, reply=_Reply,
                               accept=b"application/json")
+    await _whole(reply, streams)
+    return await _decoded(reply._text)
+
+
+async def _whole(reply: SSEStream, streams: set[SSEStream] | None) -> None:
+    """Wait for the whole of a small call's answer (held in `streams` meanwhile), then close its connection."""
     if streams is not None:
         streams.add(reply)
     try:
@@ -438,7 +444,6 @@ async def post_json(host: str, port: int, path: str, body: dict[str, Any], *, re
         reply.close()
         if streams is not None:
             streams.discard(reply)
-    return await _decoded(reply._text)
 
 
 _INLINE_JSON = 256 << 10  # answers decoded on the event loop up to this size (a batch of embeddings is bigger)
@@ -476,15 +481,7 @@ async def post_for_parts(host: str, port: int, path: str, body: dict[str, Any], 
     reply = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers, reply=_PartsReply,
                               accept=b"application/json")
     assert isinstance(reply, _PartsReply)
-    if streams is not None:
-        streams.add(reply)
-    try:
-        while await reply.wait():
-            pass
-    finally:
-        reply.close()
-        if streams is not None:
-            streams.discard(reply)
+    await _whole(reply, streams)
     return reply.parts if not reply._text else [bytes(reply._text)]
 
 
