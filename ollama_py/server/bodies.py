@@ -99,7 +99,7 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
         # the cycle collector waits until then, or to the end for lists of millions of items (offload.py)
         offload.pause_gc()
         current_stats().gc_paused_for(until_done=False)
-        body = await asyncio.to_thread(lambda: decode_big_json(_joined(parts)))
+        body = await asyncio.to_thread(lambda: decode_big_json(bigjson.joined(parts)))
         if offload.holds_bulky(body):
             current_stats().gc_paused_for(until_done=True)
         return body
@@ -115,7 +115,8 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
 
 async def _read_parts(request: web.Request) -> list[bytes]:
     """A large body as the pieces it arrived in: aiohttp's read() grows one buffer and copies it whole at the end,
-    ~40 ms of the loop for 64 MiB; here the pieces are joined in a thread (_joined). The size limit as read()'s."""
+    ~40 ms of the loop for 64 MiB; here the pieces are joined in a thread (bigjson.joined). The size limit is
+    read()'s."""
     limit = request.app[SETTINGS].max_body_bytes if SETTINGS in request.app else 0
     parts: list[bytes] = []
     size = 0
@@ -127,14 +128,7 @@ async def _read_parts(request: web.Request) -> list[bytes]:
     return parts
 
 
-def _joined(parts: list[bytes]) -> bytearray:
-    """The pieces in one buffer, copied a piece at a time (one join of 64 MiB is a C call holding the GIL)."""
-    out = bytearray(sum(len(p) for p in parts))
-    pos = 0
-    for p in parts:
-        out[pos:pos + len(p)] = p
-        pos += len(p)
-    return out
+
 
 
 def decode_big_json(raw: bytes | bytearray) -> dict[str, Any]:
