@@ -57,6 +57,8 @@ class FairPool:
         self._costly_running = 0  # jobs of keys not known to be cheap
         self._costly_keys: set[int] = set()
         self._cost: collections.OrderedDict[int, float] = collections.OrderedDict()
+        self.inline_runs = 0  # jobs run in their inline form, on the caller's loop
+        self.inline_given_up = 0  # inline forms that failed (their limit, or an error) and went to the threads
 
     async def run(self, key: int, fn: Callable[[], Any], *, inline: Callable[[], Any] | None = None) -> Any:
         """fn() in one of the threads, when the rules allow; its result (or exception) here. With `inline` (fn
@@ -66,8 +68,10 @@ class FairPool:
             try:
                 result = inline()
             except Exception:  # passed its limit (or fails anyway): the threads run it with the full limits
+                self.inline_given_up += 1
                 self._note(key, INLINE_CAP)
             else:
+                self.inline_runs += 1
                 self._note(key, time.monotonic() - started)
                 return result
         loop = asyncio.get_running_loop()

@@ -250,7 +250,7 @@ async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Seq
         verdict.uses += 1
         if verdict.uses % _RECHECK_EVERY:
             try:
-                job = functools.partial(_render_as, chat, body, tools, verdict, limits)
+                job = functools.partial(_render_as, chat, body, tools, verdict, limits=limits)
                 inline = None
                 if is_compiled(chat.source) and _small(body, tools):
                     inline = functools.partial(job, limits=dataclasses.replace(limits, seconds=INLINE_CAP))

@@ -106,3 +106,18 @@ async def test_a_cheap_template_that_turns_slow_for_one_request_never_holds_the_
         await _chat(client, "spin", turns[0])
     assert gaps[0] < 0.3  # the spinning render (~0.5 s) ran in a thread
     assert [b["prompt"] for b in client.sent("completion")] == [chatml(m) for m in [*turns, spin, turns[0]]]
+
+
+async def test_small_chats_with_a_cheap_template_render_on_the_loop(client):
+    """The thread hop was ~0.2 ms of every chat's first token (issue 38): once the template is known to match the
+    runner and to be cheap, a small chat renders on the loop, with no attempt given up."""
+    from ollama_py.server.rendering import _POOL
+
+    turns = [[{"role": "user", "content": f"question {i}"}] for i in range(6)]
+    await _chat(client, "same", turns[0])  # compared with the runner; rendered in the threads, measured
+    await _chat(client, "same", turns[1])
+    runs, given_up = _POOL.inline_runs, _POOL.inline_given_up
+    for messages in turns[2:]:
+        await _chat(client, "same", messages)
+    assert _POOL.inline_runs > runs and _POOL.inline_given_up == given_up
+    assert [b["prompt"] for b in client.sent("completion")] == [chatml(m) for m in turns]
