@@ -148,3 +148,15 @@ async def test_a_key_whose_last_job_was_slow_never_runs_inline():
     await pool.run(SLOW, lambda: time.sleep(0.01))
     assert not pool.inline_ok(SLOW)
     assert await pool.run(SLOW, lambda: "thread", inline=lambda: "inline") == "thread"
+
+
+async def test_a_small_chat_with_an_ollama_template_renders_inline_once_the_template_is_known():
+    from ollama_py.server import rendering
+
+    template = "{{ range .Messages }}[{{ .Role }}] {{ .Content }}\n{{ end }}"
+    await rendering.parse_off_loop(template)  # in the threads, measured
+    runs, given_up = rendering._POOL.inline_runs, rendering._POOL.inline_given_up
+    prompts = [await rendering.render_off_loop(template, messages=[{"role": "user", "content": f"hi {i}"}],
+                                               tools=None, suffix=None, think=None) for i in range(3)]
+    assert prompts == [f"[user] hi {i}\n" for i in range(3)]
+    assert rendering._POOL.inline_runs > runs and rendering._POOL.inline_given_up == given_up
