@@ -65,6 +65,11 @@ class RequestStats:
         if isinstance(value, list) and len(value) > BULKY:
             self.bulky.append(value)
 
+    @property
+    def attached(self) -> bool:
+        """Whether this is the record of the request being served (the access-log middleware ends it)."""
+        return _current.get() is self
+
     def gc_paused_for(self, *, until_done: bool) -> None:
         """The request paused the cycle collector (offload.pause_gc): it is resumed at the first output (the
         model's first token), or with `until_done` when the request is over."""

@@ -97,11 +97,13 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
         parts = await _read_parts(request)
         # A big body means big work before the answer starts (decoding, checks, a render of thousands of tools):
         # the cycle collector waits until then, or to the end for lists of millions of items (offload.py)
-        offload.pause_gc()
-        current_stats().gc_paused_for(until_done=False)
+        stats = current_stats()
+        if stats.attached:  # a request's own record, which resumes the collector when the request ends
+            offload.pause_gc()
+            stats.gc_paused_for(until_done=False)
         body = await asyncio.to_thread(lambda: decode_big_json(bigjson.joined(parts)))
-        if offload.holds_bulky(body):
-            current_stats().gc_paused_for(until_done=True)
+        if stats.attached and offload.holds_bulky(body):
+            stats.gc_paused_for(until_done=True)
         return body
     raw = await request.read()
     if not raw.strip():
