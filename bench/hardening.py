@@ -118,6 +118,7 @@ def error_text(r: requests.Response) -> str:
 
 
 LOOP_WARN_MS = 20  # serve logs each hold of its event loop past this (server/loop_watch.py)
+PRUNE_EVERY = 2  # seconds between the blob prune's passes (an hour by default)
 _HELD = re.compile(r"event loop held for (\d+) ms")
 
 
@@ -620,6 +621,29 @@ def _create_hang_up(b: Bench, scratch: Path) -> None:
     b.step("create", "the client hangs up while its HF import is converting", send)
 
 
+def orphan_blob(b: Bench, scratch: Path) -> None:
+    """Issue 34: a blob no model names (an upload whose create never came) stayed until a restart."""
+    blob = scratch / "orphan.bin"
+    blob.write_bytes(os.urandom(4096))
+    digest = upload_blob(b.url, blob)
+    stored = scratch / "models" / "blobs" / digest.replace(":", "-")
+    two_hours_ago = time.time() - 7200
+    os.utime(stored, (two_hours_ago, two_hours_ago))  # past the hour's grace an upload gets for its create
+    models_blobs = {p.name for p in stored.parent.iterdir()} - {stored.name}
+
+    def send() -> tuple[str, str]:
+        t0 = time.monotonic()
+        while stored.exists() and time.monotonic() - t0 < 10 * PRUNE_EVERY:
+            time.sleep(0.1)
+        kept = models_blobs <= {p.name for p in stored.parent.iterdir()}
+        status, _ = b.call("POST", "/api/show", json={"model": "tiny"})
+        return status, (f"the unreferenced blob, 2 h old: {'removed' if not stored.exists() else 'still there'} "
+                        f"after {time.monotonic() - t0:.1f} s (OLLAMA_PY_PRUNE_INTERVAL={PRUNE_EVERY}); "
+                        f"every other blob kept: {kept}")
+
+    b.step("orphan blob", "a blob no model names, while serve runs", send)
+
+
 def _cpu_seconds(pid: int) -> float:
     with contextlib.suppress(OSError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -643,6 +667,7 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
     proc, url, env = start_serve(scratch, {"OLLAMA_RUNNERS_DIR": str(runners), "OLLAMA_PY_CONFIG": str(config),
                                            "OLLAMA_PY_MAX_CONNECTIONS": str(CAP),
                                            "OLLAMA_PY_LOOP_WARN_MS": str(LOOP_WARN_MS),
+                                           "OLLAMA_PY_PRUNE_INTERVAL": str(PRUNE_EVERY),
                                            "FAKE_TOKENS": "2", "FAKE_TOKEN_DELAY": "0.005"})
     _serve_pid = proc.pid
     b = Bench(url, log=scratch / "serve.log")
@@ -655,6 +680,7 @@ def run(scratch: Path, gguf: Path) -> list[Row]:
                 case(b)
         if not only or "more_issue_34" in only:
             more_issue_34(b, scratch, config)
+            orphan_blob(b, scratch)
             create_hang_up(b, scratch)
         if not only:
             deleted_blob(b, scratch / "models", scratch)

@@ -198,6 +198,7 @@ class Settings:
     rpc_servers: tuple[str, ...] = ()
     max_body_bytes: int = 64 * 1024 * 1024  # OLLAMA_PY_MAX_BODY: a larger request body is a 413 (README)
     loop_warn_ms: int = 0  # OLLAMA_PY_LOOP_WARN_MS: log each time the event loop is held longer (0: off)
+    prune_interval: float = 3600.0  # OLLAMA_PY_PRUNE_INTERVAL: seconds between two passes of the blob prune
     max_connections: int = 0  # OLLAMA_PY_MAX_CONNECTIONS; 0: half the open-file limit, at most 16384
     read_timeout: float = 30.0  # OLLAMA_PY_READ_TIMEOUT: a request head, or a pause in a body, may take this long
     # OLLAMA_PY_PULL_MIN_RATE: bytes/s a blob download must average over each minute, or the pull fails; 0: none
@@ -271,6 +272,7 @@ class Settings:
             max_connections=_uint(env, "OLLAMA_PY_MAX_CONNECTIONS", 0),
             max_body_bytes=_uint(env, "OLLAMA_PY_MAX_BODY", 64 * 1024 * 1024) or 64 * 1024 * 1024,
             loop_warn_ms=_uint(env, "OLLAMA_PY_LOOP_WARN_MS", 0),
+            prune_interval=float(_uint(env, "OLLAMA_PY_PRUNE_INTERVAL", 3600) or 3600),
             read_timeout=read_timeout if read_timeout > 0 else FOREVER,
             pull_min_rate=_uint(env, "OLLAMA_PY_PULL_MIN_RATE", 8 * 1024),
             import_dirs=parse_import_dirs(_var(env, "OLLAMA_PY_IMPORT_DIRS")),

@@ -2,10 +2,10 @@
 
 Deleting a model removes the blobs only it used (ModelStore.delete). What else leaves a blob no manifest names --
 an upload whose create never came, a create or pull that failed after writing some blobs -- is removed here:
-every PRUNE_INTERVAL, files untouched for GRACE_SECONDS that no manifest names (a partial download keeps its day:
-store/blobs.py). A pass is skipped while anything that writes or needs blobs before its manifest exists is in
-progress (an upload, a pull, a push, a create: `holds_blobs`), and OLLAMA_NOPRUNE turns it off, as it does the
-prune at start.
+every OLLAMA_PY_PRUNE_INTERVAL seconds (an hour), files untouched for GRACE_SECONDS that no manifest names (a
+partial download keeps its day: store/blobs.py). A pass is skipped while anything that writes or needs blobs
+before its manifest exists is in progress (an upload, a pull, a push, a create: `holds_blobs`), and
+OLLAMA_NOPRUNE turns it off, as it does the prune at start.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from ollama_py.store.models import ModelStore
 
 log = logging.getLogger(__name__)
 
-PRUNE_INTERVAL = 3600.0
 GRACE_SECONDS = 3600.0  # a blob written this recently may be an upload whose create is still to come
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -47,10 +46,10 @@ def prune_once(store: ModelStore, *, grace: float = GRACE_SECONDS) -> list[str]:
 
 
 async def prune_while_serving(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: prune_once every PRUNE_INTERVAL until serve stops (nothing with OLLAMA_NOPRUNE)."""
+    """cleanup_ctx: prune_once every settings.prune_interval until serve stops (nothing with OLLAMA_NOPRUNE)."""
     task = None
     if not app[SETTINGS].noprune:
-        task = asyncio.create_task(_every(app[STORE], PRUNE_INTERVAL), name="blob-pruner")
+        task = asyncio.create_task(_every(app[STORE], app[SETTINGS].prune_interval), name="blob-pruner")
     try:
         yield
     finally:

@@ -92,3 +92,28 @@ async def test_an_upload_in_progress_keeps_the_pruner_off(fake_app, aiohttp_clie
         release.set()
     assert (await upload).status == 201
     assert await asyncio.to_thread(prune_once, store) == [orphan.name]
+
+
+async def test_serve_prunes_an_old_orphan_every_prune_interval(fake_app, aiohttp_client) -> None:
+    """OLLAMA_PY_PRUNE_INTERVAL (an hour by default): a pass every that many seconds while serve runs."""
+    import hashlib
+    import os
+    import time
+
+    from ollama_py.config import Settings
+
+    assert Settings.from_env({}).prune_interval == 3600
+    settings, app = fake_app(prune_interval=0.2)
+    client = await aiohttp_client(app)
+    data = b"nobody's blob"
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    assert (await client.post(f"/api/blobs/{digest}", data=data)).status == 201
+    path = settings.models / "blobs" / digest.replace(":", "-")
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    for _ in range(100):
+        if not path.exists():
+            break
+        await asyncio.sleep(0.1)
+    assert not path.exists()
+    assert (await client.head(f"/api/blobs/{digest}")).status == 404
