@@ -79,9 +79,11 @@ class Child:
                 p.kill()
 
 
-def _spawn(argv: Sequence[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn(argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+           ) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:
-        return subprocess.Popen(list(argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(list(argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=cwd)
 
 
 def _wait_http(child: Child, path: str, what: str, timeout: float) -> None:
@@ -98,16 +100,19 @@ def _wait_http(child: Child, path: str, what: str, timeout: float) -> None:
 
 
 def start_serve(tmp: Path, extra_env: dict[str, str] | None = None, *, prefix: Sequence[str] = (),
-                runners_dir: Path | None = None) -> Child:
+                runners_dir: Path | None = None, tree: Path | None = None) -> Child:
     """`ollama-py serve` on a free loopback port with its own store in `tmp`; `prefix` wraps the command
-    (taskset)."""
+    (taskset); `tree`: the source tree to run (put first on PYTHONPATH and the working directory)."""
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OLLAMA_HOST": f"127.0.0.1:{port}", "OLLAMA_MODELS": str(tmp / "models"),
            "OLLAMA_PY_DATA_DIR": str(tmp / "data"), "OLLAMA_RUNNERS_DIR": str(runners_dir or ROOT / "runners"),
            "OLLAMA_KEEP_ALIVE": "1h", **(extra_env or {})}
-    env.pop("OLLAMA_DEBUG", None)
-    child = Child(_spawn([*prefix, sys.executable, "-m", "ollama_py", "serve"], env, tmp / "serve.log"),
+    if "OLLAMA_DEBUG" not in (extra_env or {}):
+        env.pop("OLLAMA_DEBUG", None)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
+    child = Child(_spawn([*prefix, sys.executable, "-m", "ollama_py", "serve"], env, tmp / "serve.log", cwd=tree),
                   f"http://127.0.0.1:{port}", tmp / "serve.log")
     _wait_http(child, "/api/version", "ollama-py serve", 60)
     return child

@@ -240,12 +240,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--conc-rounds", type=int, default=4)
     ap.add_argument("--label", default="now")
+    ap.add_argument("--no-save", action="store_true", help="print the table only (bench/gpu_first_token.py)")
     args = ap.parse_args()
     res = asyncio.run(main_async(args))
-    path = RESULTS / "gpu_speed_fake.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[args.label] = res
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    if not args.no_save:
+        path = RESULTS / "gpu_speed_fake.json"
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[args.label] = res
+        path.write_text(json.dumps(data, indent=1) + "\n")
     log(table(res))
 
 

@@ -45,6 +45,8 @@ class LlamaClient:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
         self._streams: set[sse.SSEStream] = set()
+        url = urllib.parse.urlsplit(base_url)
+        self._spare = sse.Spare(url.hostname or "127.0.0.1", url.port or 80, read_timeout)
         self._n_vocab: int | None = None
 
     @property
@@ -60,6 +62,7 @@ class LlamaClient:
 
     async def close(self) -> None:
         """Close the session. Requests still in flight fail at once (UpstreamLost)."""
+        self._spare.close()
         for stream in list(self._streams):
             stream.fail(UpstreamLost("connection to llama runner lost: runner stopped"))
         if self._session is not None:
@@ -73,7 +76,7 @@ class LlamaClient:
         url = urllib.parse.urlsplit(self.base_url)
         return sse.stream_events(url.hostname or "127.0.0.1", url.port or 80, path, body,
                                  read_timeout=self.read_timeout, streams=self._streams, tap=tap,
-                                 headers=self._headers)
+                                 headers=self._headers, spare=self._spare)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST body, the JSON answer (a connection of its own, as `stream`: runner/sse.post_json)."""

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -78,6 +79,7 @@ class SSEStream(asyncio.Protocol):
         self._sink: Callable[[dict[str, Any]], bool] | None = None
         self._plain_sink: Callable[[bytes, bytes], bool] | None = None
         self._boundary = False  # a 200 chunked body, between chunks, nothing held back: where plain events may start
+        self.spare = False  # opened ahead of its request (Spare)
 
     # -- the protocol side -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -154,6 +156,14 @@ class SSEStream(asyncio.Protocol):
             self.fail(RunnerStalled(f"llama runner stopped responding: no output for {self._read_timeout:g}s"))
         else:
             self._timer = self._loop.call_later(self._read_timeout / _TICKS, self._check_silence, self._reads, quiet)
+
+    def _rearm(self) -> None:
+        """The silence timer started anew (a spare connection's idle time before its request is no silence)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._read_timeout and not self._closed:
+            self._timer = self._loop.call_later(self._read_timeout / _TICKS, self._check_silence, -1, 0)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -318,36 +328,105 @@ class Tap:
     stream: SSEStream | None = None
 
 
+SPARE_SECONDS = 3.0  # llama-server (cpp-httplib) drops a connection that sends no request within 5 s
+
+
+class Spare:
+    """One connection to a runner opened ahead of its next stream. llama-server closes every streamed
+    connection, so none can be kept; instead, when a stream ends, the next one's connection is opened in the
+    background, and a request that comes within SPARE_SECONDS writes into it at once: no connect, and the
+    runner's HTTP thread is already waiting on the socket (its accept and hand-off are off the request's path).
+    Older, or closed by the runner meanwhile, it is dropped and the request connects as before."""
+
+    def __init__(self, host: str, port: int, read_timeout: float | None) -> None:
+        self._host, self._port, self._read_timeout = host, port, read_timeout
+        self._stream: SSEStream | None = None
+        self._opened = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def take(self) -> SSEStream | None:
+        """The spare connection if it is fresh and open (and none until the next refill), else None."""
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return None
+        if stream._closed or stream._error is not None or time.monotonic() - self._opened > SPARE_SECONDS:
+            stream.close()
+            return None
+        stream._rearm()
+        stream.spare = True
+        return stream
+
+    def refill(self) -> None:
+        """Open the next spare connection in the background (one at most)."""
+        if self._closed or self._stream is not None or (self._task is not None and not self._task.done()):
+            return
+        self._task = asyncio.get_running_loop().create_task(self._open())
+
+    async def _open(self) -> None:
+        try:
+            stream = await _connect(self._host, self._port, self._read_timeout, SSEStream)
+        except RunnerError:
+            return  # the runner is gone or busy: the next request connects itself, and says so if it cannot
+        if self._closed or self._stream is not None:
+            stream.close()
+            return
+        self._stream, self._opened = stream, time.monotonic()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
 async def stream_events(host: str, port: int, path: str, body: dict[str, Any], *,
                         read_timeout: float | None = None, streams: set[SSEStream] | None = None,
                         tap: Tap | None = None, headers: dict[str, str] | None = None,
-                        ) -> AsyncIterator[dict[str, Any]]:
+                        spare: Spare | None = None) -> AsyncIterator[dict[str, Any]]:
     """POST `body` and yield each `data:` event as a dict, up to the last. The hot path: one generator frame
-    between the socket and the consumer. `streams` holds the stream while it is open (to fail it from outside)."""
-    stream = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers)
-    if streams is not None:
-        streams.add(stream)
-    if tap is not None:
-        tap.stream = stream
+    between the socket and the consumer. `streams` holds the stream while it is open (to fail it from outside).
+    With `spare`, the request goes on its connection when it has a fresh one (sent again on a new connection if
+    the runner had closed it unread), and the next spare is opened when the stream ends."""
+    stream = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers, spare=spare)
     try:
-        events = stream.take()
         while True:
-            while events:
-                yield events.popleft()
-            stream.take()  # reading resumes if a slow consumer had paused it
-            if not await stream.wait():
-                return
+            if streams is not None:
+                streams.add(stream)
+            if tap is not None:
+                tap.stream = stream
+            try:
+                events = stream.take()
+                while True:
+                    while events:
+                        yield events.popleft()
+                    stream.take()  # reading resumes if a slow consumer had paused it
+                    if not await stream.wait():
+                        return
+            except UpstreamLost:
+                if not (stream.spare and stream._reads == 0):
+                    raise
+                # the runner closed the spare connection as the request went out, before reading it
+                stream.close()
+                if streams is not None:
+                    streams.discard(stream)
+                stream = await post_stream(host, port, path, body, read_timeout=read_timeout, headers=headers)
     finally:
         stream.close()
         if streams is not None:
             streams.discard(stream)
+        if spare is not None:
+            spare.refill()
 
 
 async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
                       read_timeout: float | None = None, headers: dict[str, str] | None = None,
-                      reply: type[SSEStream] = SSEStream, accept: bytes = b"text/event-stream") -> SSEStream:
-    """Connect, send `body` as JSON (with `headers` besides the usual ones) and return the stream (nothing of
-    the response read yet)."""
+                      reply: type[SSEStream] = SSEStream, accept: bytes = b"text/event-stream",
+                      spare: Spare | None = None) -> SSEStream:
+    """Connect (or take `spare`'s connection), send `body` as JSON (with `headers` besides the usual ones) and
+    return the stream (nothing of the response read yet)."""
     if _bulky(body):  # a long prompt or conversation: encoded in a thread, in slices (bigjson), so that the GIL
         # and with it the event loop is never held long (json.dumps: ~0.1 s per 30 MB of text, 1 s per 20M ids),
         # and written a piece at a time
@@ -362,7 +441,8 @@ async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
             await asyncio.sleep(0)
         return stream
     request = _request(host, port, path, body, headers, accept, keep_alive=False)
-    stream = await _connect(host, port, read_timeout, reply)
+    stream = (spare.take() if spare is not None and reply is SSEStream else None) or \
+        await _connect(host, port, read_timeout, reply)
     assert stream._transport is not None
     stream._transport.write(request)
     return stream

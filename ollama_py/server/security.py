@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hmac
 import ipaddress
 import socket
@@ -27,6 +28,7 @@ ALLOWED_HEADERS = ("Authorization, Content-Type, User-Agent, Accept, X-Requested
 OPEN_PATHS = ("/", "/api/version")
 
 
+@functools.lru_cache(maxsize=256)  # asked on every request, with a handful of Host values (a bounded cache)
 def host_allowed(host_header: str) -> bool:
     """Loopback, private and local names pass; anything else could be a rebinding attack."""
     host = host_header.strip()

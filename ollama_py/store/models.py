@@ -17,6 +17,7 @@ deleting blobs (after checking nothing references them).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import threading
@@ -89,7 +90,16 @@ class Model:
     @property
     def capabilities(self) -> list[str]:
         """Ollama's capability names: completion or embedding, vision, tools, insert, thinking; and ours, rerank
-        (alone: a reranker's runner answers neither chat nor embeddings), by PARAMETER rerank or else the GGUF."""
+        (alone: a reranker's runner answers neither chat nor embeddings), by PARAMETER rerank or else the GGUF.
+        Worked out once per Model (the store hands out the same one while its manifest is unchanged; every
+        inference request asks): a copy of that each time."""
+        return list(self._capabilities)
+
+    @functools.cached_property
+    def _capabilities(self) -> tuple[str, ...]:
+        return tuple(self._work_out_capabilities())
+
+    def _work_out_capabilities(self) -> list[str]:
         caps: list[str] = []
         info = self.info
         if self.is_reranker:
@@ -109,8 +119,8 @@ class Model:
             caps.append("tools")
         return caps
 
-    @property
-    def is_reranker(self) -> bool:
+    @functools.cached_property
+    def is_reranker(self) -> bool:  # once per Model: the GGUF's answer looks through its tensor table
         said = self.params.get("rerank")
         if isinstance(said, bool):
             return said

@@ -329,3 +329,149 @@ def test_a_kept_connection_the_server_closed_is_opened_again(says_close: bool):
     answers, accepted = asyncio.run(run())
     assert answers == [{"n": i} for i in range(1, 8)]
     assert accepted == 3
+
+
+# -- the spare connection (sse.Spare): the next stream's connection opened as one ends ---------------------------
+class Runner:
+    """A llama-server stand-in that answers each request with EVENTS and closes, as llama-server does a stream;
+    `drop` lists the connections (1-based, in accept order) it closes unanswered once their request has come."""
+
+    def __init__(self, drop: tuple[int, ...] = ()) -> None:
+        self.accepted = 0
+        self.answered: list[int] = []
+        self.closed_idle = 0
+        self.drop = drop
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._on_client, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        n = self.accepted
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.closed_idle += 1  # the client closed it without a request
+            writer.close()
+            return
+        if n in self.drop:
+            writer.close()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunked(SSE))
+        await writer.drain()
+        self.answered.append(n)
+        writer.close()
+
+    def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def _events(port: int, spare: Any, tap: Tap | None = None) -> list[dict]:
+    return [e async for e in stream_events("127.0.0.1", port, "/completion", {"prompt": "x"}, read_timeout=5,
+                                           spare=spare, tap=tap)]
+
+
+async def _settle() -> None:
+    for _ in range(20):  # the refill's connect and the stand-in's accept
+        await asyncio.sleep(0.01)
+
+
+def test_a_stream_right_after_another_goes_on_the_spare_connection() -> None:
+    from ollama_py.runner.sse import Spare
+
+    async def main() -> tuple[list[list[dict]], list[bool], Runner]:
+        runner = Runner()
+        port = await runner.start()
+        spare = Spare("127.0.0.1", port, 5)
+        got, used = [], []
+        try:
+            for _ in range(3):
+                tap = Tap()
+                got.append(await _events(port, spare, tap))
+                assert tap.stream is not None
+                used.append(tap.stream.spare)
+                await _settle()
+        finally:
+            spare.close()
+            await _settle()
+            runner.close()
+        return got, used, runner
+
+    got, used, runner = asyncio.run(main())
+    assert got == [EVENTS] * 3
+    assert used == [False, True, True]  # the first connects itself; each later one finds its connection open
+    assert runner.answered == [1, 2, 3]  # one connection a request...
+    assert runner.accepted == 4 and runner.closed_idle == 1  # ...and the last spare, closed unused
+
+
+def test_a_spare_the_runner_closed_as_the_request_went_out_is_sent_again_on_a_new_connection() -> None:
+    from ollama_py.runner.sse import Spare
+
+    async def main() -> tuple[list[dict], Runner]:
+        runner = Runner(drop=(2,))  # the spare: closed once the request is in, nothing answered
+        port = await runner.start()
+        spare = Spare("127.0.0.1", port, 5)
+        try:
+            await _events(port, spare)
+            await _settle()
+            return await _events(port, spare), runner
+        finally:
+            spare.close()
+            runner.close()
+
+    events, runner = asyncio.run(main())
+    assert events == EVENTS
+    assert runner.answered == [1, 3]
+
+
+def test_a_spare_that_waited_too_long_is_dropped_for_a_new_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ollama_py.runner import sse
+
+    monkeypatch.setattr(sse, "SPARE_SECONDS", 0.0)  # llama-server drops a connection idle for 5 s
+
+    async def main() -> tuple[bool, Runner]:
+        runner = Runner()
+        port = await runner.start()
+        spare = sse.Spare("127.0.0.1", port, 5)
+        try:
+            await _events(port, spare)
+            await _settle()
+            tap = Tap()
+            assert await _events(port, spare, tap) == EVENTS
+            assert tap.stream is not None
+            await _settle()
+            return tap.stream.spare, runner
+        finally:
+            spare.close()
+            await _settle()
+            runner.close()
+
+    used, runner = asyncio.run(main())
+    assert not used
+    assert runner.answered == [1, 3]  # the stale one (2) was closed unused, as was the last spare (4)
+    assert runner.closed_idle == 2
+
+
+def test_a_spare_is_closed_with_its_runner_client() -> None:
+    from ollama_py.runner.client import LlamaClient
+
+    async def main() -> Runner:
+        runner = Runner()
+        port = await runner.start()
+        client = LlamaClient(f"http://127.0.0.1:{port}", read_timeout=5)
+        try:
+            assert [e async for e in client.stream("/completion", {"prompt": "x"})] == EVENTS
+            await _settle()
+            assert runner.accepted == 2  # the spare is open...
+            await client.close()
+            await _settle()
+            return runner
+        finally:
+            runner.close()
+
+    runner = asyncio.run(main())
+    assert runner.closed_idle == 1  # ...and closed with the client, never used

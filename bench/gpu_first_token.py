@@ -1,0 +1,546 @@
+"""Where the gateway's first-token time goes on a lent GPU (issue 38), in one short time-boxed command.
+
+    python3 bench/gpu_first_token.py --setup .gpu-carry --out OUT/first_token.md [--rounds 100] [--budget 240]
+        [--trees OLD_TREE NEW_TREE] [--variants '--poll 0' '-t 1'] [--skip fake,profile,other,trace]
+
+The SmolLM2-135M shape (or --shape) written in place (bench/gpu.py's writer), the cuda runner, and a client on a
+raw socket (no client library's own time): time to the first byte, to the first event with text, to the end.
+Steps, each written to the report as it ends (bench/gpu.py's Report, so a cut-off run still returns them):
+
+- every side on the serve's own runner process (its port and API key), alternating, 8-token requests: `direct`
+  (/completion, the very body the gateway sends for a raw /api/generate), `relay` (the least an aiohttp relay
+  can do in Python: one handler that posts to the runner and writes each event as an NDJSON line; uvloop as
+  serve), `gateway` (/api/generate raw); then `openai` (/v1/chat/completions) beside llama-server's own. The
+  native and chat sides run as separate rotations: a request whose prompt differs from the runner's previous
+  one pays llama-server's switch of cached prompts (~3 ms on an H200), which a mixed rotation charged to the
+  gateway's sides only. serve's CPU per native request (schedstat).
+- `other`: a second llama-server with the same argv after each gateway request, against the serve's own runner:
+  what the card's switch between two processes adds (bench/gpu.py's direct side is such a second process).
+- `--trees`: source trees side by side, each its own serve, in blocks (step_ab): the added first token of each.
+- `--variants`: llama-server arguments added to the runner's argv, direct vs the relay for each.
+- `trace`: a serve with perf_counter marks at each step of a request (this script's own patches, never in
+  serve), aligned with the client's clock (perf_counter is CLOCK_MONOTONIC across processes).
+- `fake`: bench/gpu_speed_fake.py on this machine; `profile`: serve under cProfile for 205 native requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import gzip
+import io
+import json
+import os
+import pstats
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+import gpu
+
+HERE = Path(__file__).resolve().parent
+PROMPT = gpu.PROMPT
+
+
+# -- the least an aiohttp relay can do (run as its own process: --relay PORT RUNNER_URL) ---------------------------
+def relay_main(port: int, runner: str, key: str = "") -> None:
+    import aiohttp
+    from aiohttp import web
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        req = await request.json()
+        opts = req.get("options") or {}
+        body = {"cache_prompt": True, "n_predict": opts.get("num_predict", -1), "temperature": opts.get("temperature"),
+                "seed": opts.get("seed"), "prompt": req["prompt"], "stream": True}
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        session: aiohttp.ClientSession = request.app["session"]
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        async with session.post(runner + "/completion", json=body, headers=headers) as r:
+            async for line in r.content:
+                if not line.startswith(b"data: "):
+                    continue
+                ev = json.loads(line[6:])
+                done = bool(ev.get("stop"))
+                await resp.write(json.dumps({"model": req["model"], "response": ev.get("content", ""),
+                                             "done": done}).encode() + b"\n")
+        await resp.write_eof()
+        return resp
+
+    async def start(app: web.Application) -> None:
+        app["session"] = aiohttp.ClientSession()
+
+    async def stop(app: web.Application) -> None:
+        await app["session"].close()
+
+    app = web.Application()
+    app.router.add_post("/api/generate", generate)
+    app.router.add_get("/health", lambda r: web.json_response({"status": "ok"}))
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    with contextlib.suppress(ImportError):
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    web.run_app(app, host="127.0.0.1", port=port, print=None)
+
+
+# -- serve under cProfile (run as its own process: --profiled-serve OUT) --------------------------------------------
+def profiled_serve(out: str) -> None:
+    import atexit
+
+    prof = cProfile.Profile()
+
+    def dump() -> None:
+        prof.disable()
+        prof.dump_stats(out)
+
+    atexit.register(dump)
+    sys.argv = ["ollama-py", "serve"]
+    from ollama_py.cli.main import main as cli_main
+
+    prof.enable()
+    cli_main()
+
+
+FIRST = re.compile(rb'"(?:content|response)": ?"[^"]')  # the first event with text, SSE or NDJSON
+
+
+def traced_serve(out: str) -> None:
+    """serve with perf_counter marks at each step of a request (this bench's own patches, never in serve):
+    request bytes in, runner connect begun, request written, runner's first bytes, its first token event, the
+    first write to the client; written to `out` as JSON at exit."""
+    import atexit
+
+    import aiohttp.web_protocol as web_protocol
+
+    from ollama_py.runner import sse
+    from ollama_py.server import streaming
+
+    clock = time.perf_counter
+    marks: list[dict[str, float]] = []
+    current: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        current.setdefault(name, clock())
+
+    original_made = web_protocol.RequestHandler.connection_made
+    original_in = web_protocol.RequestHandler.data_received
+
+    def made(self: Any, transport: Any) -> None:
+        if current:
+            marks.append(dict(current))
+        current.clear()
+        mark("accepted")
+        original_made(self, transport)
+
+    def data_in(self: Any, data: bytes) -> None:
+        mark("in")
+        original_in(self, data)
+
+    original_post = sse.post_stream
+
+    async def post_stream(*a: Any, **k: Any) -> Any:
+        mark("connect")
+        stream = await original_post(*a, **k)
+        mark("written")
+        return stream
+
+    original_runner_in = sse.SSEStream.data_received
+
+    def runner_in(self: Any, data: bytes) -> None:
+        mark("runner_first_bytes")
+        if b"data: " in data:
+            mark("runner_token")
+        original_runner_in(self, data)
+
+    original_write = streaming._StreamResponse.write
+
+    async def write(self: Any, data: bytes) -> None:
+        mark("write_begun")
+        await original_write(self, data)
+        mark("client_first")
+
+    web_protocol.RequestHandler.connection_made = made  # type: ignore[method-assign]
+    web_protocol.RequestHandler.data_received = data_in  # type: ignore[method-assign]
+    sse.post_stream = post_stream  # type: ignore[assignment]
+    sse.SSEStream.data_received = runner_in  # type: ignore[method-assign]
+    streaming._StreamResponse.write = write  # type: ignore[method-assign]
+
+    def dump() -> None:
+        if current:
+            marks.append(dict(current))
+        Path(out).write_text(json.dumps(marks))
+
+    atexit.register(dump)
+    sys.argv = ["ollama-py", "serve"]
+    from ollama_py.cli.main import main as cli_main
+
+    cli_main()
+
+
+def phases(marks: list[dict[str, float]]) -> list[list[str]]:
+    """Median time of each step between marks (those every request has), in ms."""
+    order = ["client_sends", "accepted", "in", "connect", "written", "runner_first_bytes", "runner_token",
+             "write_begun", "client_first"]
+    rows = []
+    for a, b in zip(order, order[1:], strict=False):
+        d = [m[b] - m[a] for m in marks if a in m and b in m]
+        if d:
+            rows.append([f"{a} -> {b}", f"{statistics.median(d) * 1e3:.3f}", f"{len(d)}"])
+    for a, b in (("in", "client_first"), ("client_first", "client_reads"), ("client_sends", "client_reads")):
+        total = [m[b] - m[a] for m in marks if a in m and b in m]
+        if total:
+            rows.append([f"{a} -> {b}", f"{statistics.median(total) * 1e3:.3f}", f"{len(total)}"])
+    return rows
+
+
+def one(url: str, kind: str, model: str, n: int, key: str = "") -> dict[str, Any]:
+    """One 8-token request by a raw socket (no client library's own time in it): time to the response's first
+    byte, to the first event with text, and to the end; and the same request by `requests` as bench/gpu.py."""
+    path, body = {
+        "gateway": ("/api/generate", {"model": model, "prompt": PROMPT, "raw": True, "stream": True,
+                                      "options": {"num_predict": n, "temperature": 0, "seed": 1}}),
+        "relay": ("/api/generate", {"model": model, "prompt": PROMPT, "raw": True, "stream": True,
+                                    "options": {"num_predict": n, "temperature": 0, "seed": 1}}),
+        "direct": ("/completion", {"prompt": PROMPT, "n_predict": n, "stream": True, "temperature": 0, "seed": 1,
+                                   "cache_prompt": True}),
+        "openai": ("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": PROMPT}],
+                                            "stream": True, "max_tokens": n, "temperature": 0, "seed": 1}),
+        "direct-openai": ("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": PROMPT}],
+                                                   "stream": True, "max_tokens": n, "temperature": 0, "seed": 1}),
+    }[kind]
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    data = json.dumps(body).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n"
+            + (f"Authorization: Bearer {key}\r\n" if key else "") + "\r\n").encode()
+    t = time.perf_counter()
+    first_byte = ttft = None
+    buf = b""
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(head + data)
+        while True:
+            got = s.recv(1 << 16)
+            if not got:
+                break
+            now = time.perf_counter()
+            if first_byte is None:
+                first_byte = now - t
+            buf += got
+            if ttft is None and FIRST.search(buf):
+                ttft = now - t
+    return {"ttft": ttft, "first_byte": first_byte, "whole": time.perf_counter() - t}
+
+
+def start_relay(runner_url: str, key: str = "") -> tuple[subprocess.Popen[bytes], str]:
+    port = common.free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--relay", str(port), runner_url, *([key] if key else [])],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(url + "/health", timeout=1).ok:
+                break
+        time.sleep(0.1)
+    return proc, url
+
+
+def step_variant(report: gpu.Report, work: Path, argv: list[str], extra: list[str], name: str, rounds: int) -> None:
+    """A direct llama-server with the gateway's argv plus `extra`, and the relay in front of it: first tokens,
+    and the runner's own CPU while idle (does it spin between requests?) and per request."""
+    server = common.start_llama_server(common.with_port(argv, common.free_port()) + extra,
+                                       work / f"direct{'_'.join(extra)}.log", timeout=300)
+    relay, relay_url = start_relay(server.url)
+    try:
+        got: dict[str, list[dict[str, Any]]] = {"direct": [], "relay": []}
+        urls = {"direct": server.url, "relay": relay_url}
+        for kind in urls:
+            for _ in range(3):
+                one(urls[kind], "gateway" if kind == "relay" else kind, name, 8)
+        t = common.cpu_seconds(server.proc.pid)
+        time.sleep(1.0)
+        idle = common.cpu_seconds(server.proc.pid) - t
+        t, n = common.cpu_seconds(server.proc.pid), 0
+        for r in range(rounds):
+            if report.left() < 45:
+                break
+            for kind in (("direct", "relay") if r % 2 == 0 else ("relay", "direct")):
+                got[kind].append(one(urls[kind], "gateway" if kind == "relay" else kind, name, 8))
+                n += 1
+        per = (common.cpu_seconds(server.proc.pid) - t) / max(n, 1)
+        diff = gpu.med([x["ttft"] - y["ttft"] for x, y in zip(got["relay"], got["direct"], strict=False)
+                        if x["ttft"] is not None and y["ttft"] is not None]) or 0
+        text = (f"direct first token {(gpu.med([g['ttft'] for g in got['direct']]) or 0) * 1e3:.2f} ms, relay "
+                f"{(gpu.med([g['ttft'] for g in got['relay']]) or 0) * 1e3:.2f} ms, relay - direct paired "
+                f"**{diff * 1e3:+.2f} ms** ({len(got['relay'])} rounds); whole direct "
+                f"{(gpu.med([g['whole'] for g in got['direct']]) or 0) * 1e3:.2f} ms; runner CPU idle "
+                f"{idle * 100:.0f} % of a core, per request {per * 1e3:.1f} ms")
+        report.add(f"runner argv + `{' '.join(extra) or '(nothing)'}`", text)
+    finally:
+        relay.terminate()
+        server.stop()
+
+
+def step_ab(report: gpu.Report, work: Path, env: dict[str, str], trees: list[Path], model_path: Path, name: str,
+            blocks: int, per: int) -> None:
+    """Source trees side by side on the card: each its own serve (own store, own runner), blocks of `per`
+    rounds to one tree at a time (the order reversed every block, so the card's switch between the two runner
+    processes falls on the tree in front alike); a round is the gateway's request, then the same runner's
+    directly. Per tree: first token through the gateway, directly, and their paired difference."""
+    serves = []
+    try:
+        for i, tree in enumerate(trees):
+            child = common.start_serve(work / f"serve-ab{i}", {**env, "OLLAMA_KEEP_ALIVE": "1h"},
+                                       runners_dir=Path(env["OLLAMA_RUNNERS_DIR"]), tree=tree)
+            serves.append(child)
+            common.create_model(child.url, name, model_path)
+            requests.post(child.url + "/api/generate", json={"model": name, "prompt": "", "keep_alive": "1h"},
+                          timeout=300).raise_for_status()
+            argv = common.runner_argv(child) or []
+            child.runner = (f"http://127.0.0.1:{argv[argv.index('--port') + 1]}", common.runner_key(child))  # type: ignore[attr-defined]
+        res: dict[int, dict[str, list[float]]] = {i: {"gw": [], "direct": [], "added": []} for i in range(len(trees))}
+        order = list(range(len(trees)))
+        for b in range(blocks):
+            if report.left() < 30:
+                break
+            for i in (order if b % 2 == 0 else order[::-1]):
+                child = serves[i]
+                for _ in range(per):
+                    g = one(child.url, "gateway", name, 8)["ttft"] or 0
+                    d = one(child.runner[0], "direct", name, 8, child.runner[1])["ttft"] or 0  # type: ignore[attr-defined]
+                    res[i]["gw"].append(g)
+                    res[i]["direct"].append(d)
+                    res[i]["added"].append(g - d)
+        rows = [[str(tree), f"{statistics.median(r['gw']) * 1e3:.3f}", f"{statistics.median(r['direct']) * 1e3:.3f}",
+                 f"{statistics.median(r['added']) * 1e3:+.3f}", str(len(r["gw"]))]
+                for tree, r in zip(trees, res.values(), strict=False) if r["gw"]]
+        report.add("Source trees side by side (native, 8 tokens, raw socket client)",
+                   common.markdown_table(["tree", "gateway first token ms", "same runner directly ms",
+                                          "added (paired median) ms", "rounds"], rows))
+    finally:
+        for child in serves:
+            child.stop()
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--profiled-serve":  # serve's own argv follows (bench/common's prefix)
+        profiled_serve(sys.argv[2])
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--traced-serve":
+        traced_serve(sys.argv[2])
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--setup", type=Path, help="a directory made by bench/gpu.py --pack (on the GPU machine)")
+    ap.add_argument("--out", type=Path, default=common.RESULTS / "gpu_first_token.md")
+    ap.add_argument("--budget", type=float, default=240)
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--shape", default="smollm2-135m", choices=list(gpu.SHAPES))
+    ap.add_argument("--trees", nargs="*", type=Path, default=[],
+                    help="source trees to compare side by side (step_ab), e.g. a `git archive` of the commit before")
+    ap.add_argument("--skip", default="", help="steps to leave out, comma-separated: fake, profile")
+    ap.add_argument("--variants", nargs="*", default=[], metavar="ARGS",
+                    help="llama-server arguments added to the gateway's argv, one quoted string a variant "
+                         "('--poll 0', '-t 2'): each gets a direct server and the relay, alternating rounds")
+    ap.add_argument("--relay", nargs="+", metavar="PORT RUNNER_URL [KEY]", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.relay:
+        relay_main(int(args.relay[0]), args.relay[1], *args.relay[2:3])
+        return
+
+    report = gpu.Report(args.out, time.monotonic() + args.budget)
+    work = Path(tempfile.mkdtemp(prefix="gpu-ttft-"))
+    env = gpu.setup(args.setup, work) if args.setup else {"OLLAMA_RUNNERS_DIR": str(common.ROOT / "runners")}
+    children: list[common.Child] = []
+    try:
+        with gzip.open(gpu.TOKENIZER, "rt", encoding="utf-8") as f:
+            tokenizer = json.load(f)
+        model_path = work / "models" / f"{args.shape}.gguf"
+        model_path.parent.mkdir(parents=True)
+        gpu.write_model(model_path, gpu.SHAPES[args.shape], tokenizer)
+        store = {"OLLAMA_MODELS": str(work / "store"), "OLLAMA_KEEP_ALIVE": "1h"}
+        serve = common.start_serve(work / "serve", {**env, **store}, runners_dir=Path(env["OLLAMA_RUNNERS_DIR"]))
+        children.append(serve)
+        name = args.shape
+        common.create_model(serve.url, name, model_path)
+        requests.post(serve.url + "/api/generate", json={"model": name, "prompt": "", "keep_alive": "1h"},
+                      timeout=300).raise_for_status()
+        argv = common.runner_argv(serve) or []
+        key = common.runner_key(serve)
+        runner_url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+        variant = next((line for line in serve.log_tail(200_000).splitlines() if "runner variant" in line), "")
+        relay_proc, relay_url = start_relay(runner_url, key)
+        report.add("Setup", f"- {variant.strip()}\n- runner argv: `{' '.join(argv[1:])}`\n"
+                            f"- python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+
+        # -- alternating rounds, every side on the serve's own runner process ---------------------------------------
+        sides = {"direct": (runner_url, key), "relay": (relay_url, ""), "gateway": (serve.url, ""),
+                 "openai": (serve.url, ""), "direct-openai": (runner_url, key)}
+        kinds = list(sides)
+        for kind in kinds:  # warm each path
+            for _ in range(3):
+                one(sides[kind][0], kind, name, 8, sides[kind][1])
+        got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+        cpu: list[float] = []
+        # Two rotations: the native sides share one prompt and the chat sides another. Mixed in one rotation, a
+        # request whose prompt differs from the runner's last one pays llama-server's switch of cached prompts
+        # (~3 ms on the H200), and only the sides next to the other family ever did: the gateway's, not direct's.
+        families = (["direct", "relay", "gateway"], ["openai", "direct-openai"])
+        for fam in families:  # one family's rounds, then the other's
+            for r in range(args.rounds):
+                if report.left() < 120:
+                    break
+                for kind in (fam if r % 2 == 0 else fam[::-1]):
+                    before = common.cpu_seconds(serve.proc.pid) if kind == "gateway" else 0.0
+                    got[kind].append(one(sides[kind][0], kind, name, 8, sides[kind][1]))
+                    if kind == "gateway":
+                        cpu.append(common.cpu_seconds(serve.proc.pid) - before)
+
+        def m(kind: str, key: str) -> float:
+            return (gpu.med([g[key] for g in got[kind]]) or 0) * 1e3
+
+        def paired(a: str, b: str, key: str = "ttft") -> float:
+            return (gpu.med([x[key] - y[key] for x, y in zip(got[a], got[b], strict=False)
+                             if x[key] is not None and y[key] is not None]) or 0) * 1e3
+
+        rows = [[k, f"{m(k, 'first_byte'):.2f}", f"{m(k, 'ttft'):.2f}", f"{m(k, 'whole'):.2f}"] for k in kinds]
+        text = common.markdown_table(["side (8 tokens, raw socket client)", "first byte ms", "first token ms",
+                                      "whole ms"], rows)
+        text += (f"\n\nPaired first-token differences (medians of per-round pairs, {len(got['gateway'])} rounds): "
+                 f"gateway - direct **{paired('gateway', 'direct'):+.2f} ms**, relay - direct "
+                 f"**{paired('relay', 'direct'):+.2f} ms**, gateway - relay **{paired('gateway', 'relay'):+.2f} ms**"
+                 f", openai - direct-openai {paired('openai', 'direct-openai'):+.2f} ms; whole request: gateway - "
+                 f"direct {paired('gateway', 'direct', 'whole'):+.2f} ms, ratio "
+                 f"{m('gateway', 'whole') / max(m('direct', 'whole'), 1e-9):.3f}. serve CPU per native request "
+                 f"{(gpu.med(list(cpu)) or 0) * 1e3:.2f} ms.")
+        report.add(f"{name}: first token, gateway vs relay floor vs direct (one runner process)", text,
+                   rounds={k: v for k, v in got.items()}, cpu_per_request=gpu.med(list(cpu)))
+
+        # -- what a second llama-server process on the same card costs a comparison ---------------------------------
+        if report.left() > 150 and "other" not in args.skip:
+            other = common.start_llama_server(common.with_port(argv, common.free_port()), work / "other.log",
+                                              timeout=300)
+            children.append(other)
+            for _ in range(3):
+                one(other.url, "direct", name, 8)
+            after: dict[str, list[dict[str, Any]]] = {"same": [], "other": []}
+            for r in range(args.rounds):
+                if report.left() < 120:
+                    break
+                for side in (("same", "other") if r % 2 == 0 else ("other", "same")):
+                    one(serve.url, "gateway", name, 8)  # the card last ran the serve's runner
+                    url, k = (runner_url, key) if side == "same" else (other.url, "")
+                    after[side].append(one(url, "direct", name, 8, k))
+            same = gpu.med([g["ttft"] for g in after["same"]]) or 0
+            oth = gpu.med([g["ttft"] for g in after["other"]]) or 0
+            report.add("A second llama-server process on the card",
+                       f"Each measured request follows one through the gateway (the serve's runner): the first "
+                       f"token from that same runner {same * 1e3:.2f} ms, from a second llama-server with the same "
+                       f"argv {oth * 1e3:.2f} ms ({(oth - same) * 1e3:+.2f} ms, {len(after['other'])} rounds): the "
+                       "card switching between two processes' contexts. bench/gpu.py's direct side is such a second "
+                       "process, so its alternating rounds charged that switch to whichever side came second.",
+                       same=same, other=oth)
+            other.stop()
+
+        if len(args.trees) > 1 and report.left() > 60:
+            serve.stop()
+            step_ab(report, work, env, args.trees, model_path, name, blocks=8, per=max(args.rounds // 8, 5))
+
+        for extra in args.variants:
+            if report.left() < 60:
+                break
+            step_variant(report, work, argv, extra.split(), name, args.rounds)
+
+        # -- marks inside the gateway (a traced serve) ----------------------------------------------------------------
+        if report.left() > 60 and "trace" not in args.skip:
+            trace_out = work / "marks.json"
+            serve.stop()  # one serve per store
+            tserve = common.start_serve(work / "serve-trace", {**env, **store},
+                                        runners_dir=Path(env["OLLAMA_RUNNERS_DIR"]),
+                                        prefix=[sys.executable, __file__, "--traced-serve", str(trace_out)])
+            children.append(tserve)
+            requests.post(tserve.url + "/api/generate", json={"model": name, "prompt": "", "keep_alive": "1h"},
+                          timeout=300).raise_for_status()
+            targv = common.runner_argv(tserve) or []
+            turl, tkey = f"http://127.0.0.1:{targv[targv.index('--port') + 1]}", common.runner_key(tserve)
+            direct_t: list[float] = []
+            client: list[tuple[float, float]] = []  # perf_counter is CLOCK_MONOTONIC: one clock for both processes
+            for _ in range(args.rounds):
+                if report.left() < 50:
+                    break
+                t0 = time.perf_counter()
+                got1 = one(tserve.url, "gateway", name, 8)
+                client.append((t0, t0 + (got1["ttft"] or 0)))
+                direct_t.append(one(turl, "direct", name, 8, tkey)["ttft"] or 0)
+            tserve.stop()
+            for _ in range(50):
+                if trace_out.exists():
+                    break
+                time.sleep(0.1)
+            marks = [m for m in json.loads(trace_out.read_text()) if "written" in m][-len(client):]  # generations
+            for m, (sent, read) in zip(marks, client, strict=False):
+                m["client_sends"], m["client_reads"] = sent, read
+            marks = marks[3:]
+            report.add("Inside the gateway: median time between marks (native, 8 tokens)",
+                       common.markdown_table(["step", "ms", "requests"], phases(marks))
+                       + f"\n\nThe same runner reached directly, alternating: first token "
+                         f"{(gpu.med(list(direct_t)) or 0) * 1e3:.2f} ms.", marks=marks)
+
+        if report.left() > 90 and "fake" not in args.skip:
+            t = time.perf_counter()
+            out = subprocess.run([sys.executable, str(HERE / "gpu_speed_fake.py"), "--rounds", "30", "--conc-rounds",
+                                  "3", "--label", "gpu-machine", "--no-save"],
+                                 capture_output=True, text=True, timeout=max(report.left() - 60, 30),
+                                 env={**os.environ, **env})
+            table = "\n".join(line for line in out.stdout.splitlines() if line.startswith("|") or "16 clients" in line)
+            report.add("bench/gpu_speed_fake.py on this machine",
+                       (table or out.stderr[-2000:]) + f"\n\n({time.perf_counter() - t:.0f} s)")
+
+        # -- serve under cProfile ----------------------------------------------------------------------------------
+        if report.left() > 45 and "profile" not in args.skip:
+            for child in children[:1]:
+                child.stop()
+            prof_out = work / "serve.prof"
+            pserve = common.start_serve(work / "serve-prof", {**env, **store},
+                                        runners_dir=Path(env["OLLAMA_RUNNERS_DIR"]),
+                                        prefix=[sys.executable, __file__, "--profiled-serve", str(prof_out)])
+            children.append(pserve)
+            requests.post(pserve.url + "/api/generate", json={"model": name, "prompt": "", "keep_alive": "1h"},
+                          timeout=300).raise_for_status()
+            for _ in range(5):
+                one(pserve.url, "gateway", name, 8)
+            n = 200
+            for _ in range(n):
+                one(pserve.url, "gateway", name, 8)
+            pserve.stop()
+            for _ in range(50):
+                if prof_out.exists():
+                    break
+                time.sleep(0.1)
+            buf = io.StringIO()
+            stats = pstats.Stats(str(prof_out), stream=buf)
+            stats.sort_stats("tottime").print_stats(40)
+            report.add("serve under cProfile: 205 native 8-token requests (plus the load), top 40 by own time",
+                       "```\n" + buf.getvalue()[-9000:] + "\n```")
+    finally:
+        for child in children:
+            with contextlib.suppress(Exception):
+                child.stop()
+        with contextlib.suppress(Exception):
+            relay_proc.terminate()  # type: ignore[possibly-undefined]
+        report.add("Run", f"{time.monotonic() - report.started:.0f} s; git {common.machine_info().get('git')}")
+
+
+if __name__ == "__main__":
+    main()
