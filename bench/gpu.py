@@ -69,8 +69,8 @@ PROMPT = "Once upon a time, in a lighthouse at the edge of the sea, there lived 
 class Report:
     """Sections of markdown, rewritten to `out` (and its .json twin) after every step."""
 
-    def __init__(self, out: Path, deadline: float) -> None:
-        self.out, self.deadline, self.started = out, deadline, time.monotonic()
+    def __init__(self, out: Path, deadline: float, script: str = "bench/gpu.py") -> None:
+        self.out, self.deadline, self.started, self.script = out, deadline, time.monotonic(), script
         self.sections: list[tuple[str, str]] = []
         self.data: dict[str, Any] = {}
 
@@ -84,7 +84,7 @@ class Report:
         print(f"== {title} ({time.monotonic() - self.started:.0f}s)\n{text}\n", flush=True)
 
     def write(self) -> None:
-        head = ("# ollama-py on a lent NVIDIA GPU (bench/gpu.py)\n\n"
+        head = (f"# ollama-py on a lent NVIDIA GPU ({self.script})\n\n"
                 "Models are the llama architecture at real models' shapes with random Q4_0 weights and SmolLM2's "
                 "tokenizer, written in place: their speed and memory are a real model's, their text is noise. "
                 "Ratios are gateway / direct (> 1 is faster for rates, < 1 for times); medians of alternating "

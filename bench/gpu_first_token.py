@@ -4,7 +4,8 @@
         [--trees OLD_TREE NEW_TREE] [--variants '--poll 0' '-t 1'] [--skip fake,profile,other,trace]
 
 The SmolLM2-135M shape (or --shape) written in place (bench/gpu.py's writer), the cuda runner, and a client on a
-raw socket (no client library's own time): time to the first byte, to the first event with text, to the end.
+raw socket (no client library's own time): time to the first byte, to the first event with text, to the end
+of the chunked body (where a keep-alive client is done; the request asks for Connection: close all the same).
 Steps, each written to the report as it ends (bench/gpu.py's Report, so a cut-off run still returns them):
 
 - every side on the serve's own runner process (its port and API key), alternating, 8-token requests: `direct`
@@ -14,6 +15,8 @@ Steps, each written to the report as it ends (bench/gpu.py's Report, so a cut-of
   native and chat sides run as separate rotations: a request whose prompt differs from the runner's previous
   one pays llama-server's switch of cached prompts (~3 ms on an H200), which a mixed rotation charged to the
   gateway's sides only. serve's CPU per native request (schedstat).
+- `conc`: 16 clients at once on the runner's 4 slots, 64 tokens each, through the gateway and to the same runner
+  directly, alternating rounds: the aggregate tokens/s ratio.
 - `other`: a second llama-server with the same argv after each gateway request, against the serve's own runner:
   what the card's switch between two processes adds (bench/gpu.py's direct side is such a second process).
 - `--trees`: source trees side by side, each its own serve, in blocks (step_ab): the added first token of each.
@@ -241,7 +244,10 @@ def one(url: str, kind: str, model: str, n: int, key: str = "") -> dict[str, Any
             buf += got
             if ttft is None and FIRST.search(buf):
                 ttft = now - t
-    return {"ttft": ttft, "first_byte": first_byte, "whole": time.perf_counter() - t}
+            if buf.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's end: where a keep-alive client is done
+                break
+    return {"ttft": ttft, "first_byte": first_byte, "whole": time.perf_counter() - t,
+            "tokens": len(FIRST.findall(buf))}
 
 
 def start_relay(runner_url: str, key: str = "") -> tuple[subprocess.Popen[bytes], str]:
@@ -291,6 +297,30 @@ def step_variant(report: gpu.Report, work: Path, argv: list[str], extra: list[st
     finally:
         relay.terminate()
         server.stop()
+
+
+def step_conc(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, rounds: int,
+              clients: int = 16, tokens: int = 64) -> None:
+    """`clients` requests at once (the runner has 4 slots: the rest queue), through the gateway and to the same
+    runner directly, alternating rounds: aggregate tokens/s of each, and their paired ratio."""
+    import concurrent.futures as cf
+
+    rates: dict[str, list[float]] = {"gateway": [], "direct": []}
+    with cf.ThreadPoolExecutor(clients) as pool:
+        for r in range(rounds):
+            if report.left() < 40:
+                break
+            for kind in (("gateway", "direct") if r % 2 == 0 else ("direct", "gateway")):
+                url, key = sides[kind]
+                start = time.perf_counter()
+                got = list(pool.map(one, [url] * clients, [kind] * clients, [name] * clients,
+                                    [tokens] * clients, [key] * clients))
+                rates[kind].append(sum(g["tokens"] for g in got) / (time.perf_counter() - start))
+    pairs = [g / d for g, d in zip(rates["gateway"], rates["direct"], strict=False) if d]
+    report.add(f"{clients} clients at once on the runner's 4 slots, {tokens} tokens each",
+               f"aggregate tokens/s through the gateway {gpu.med(rates['gateway']) or 0:.0f}, directly "
+               f"{gpu.med(rates['direct']) or 0:.0f}: **{gpu.med(pairs) or 0:.3f}** of direct (median of "
+               f"{len(pairs)} paired rounds, the same runner process)", rates=rates)
 
 
 def step_ab(report: gpu.Report, work: Path, env: dict[str, str], trees: list[Path], model_path: Path, name: str,
@@ -349,7 +379,8 @@ def main() -> None:
     ap.add_argument("--shape", default="smollm2-135m", choices=list(gpu.SHAPES))
     ap.add_argument("--trees", nargs="*", type=Path, default=[],
                     help="source trees to compare side by side (step_ab), e.g. a `git archive` of the commit before")
-    ap.add_argument("--skip", default="", help="steps to leave out, comma-separated: fake, profile")
+    ap.add_argument("--skip", default="",
+                    help="steps to leave out, comma-separated: conc, other, trace, fake, profile")
     ap.add_argument("--variants", nargs="*", default=[], metavar="ARGS",
                     help="llama-server arguments added to the gateway's argv, one quoted string a variant "
                          "('--poll 0', '-t 2'): each gets a direct server and the relay, alternating rounds")
@@ -359,7 +390,7 @@ def main() -> None:
         relay_main(int(args.relay[0]), args.relay[1], *args.relay[2:3])
         return
 
-    report = gpu.Report(args.out, time.monotonic() + args.budget)
+    report = gpu.Report(args.out, time.monotonic() + args.budget, "bench/gpu_first_token.py")
     work = Path(tempfile.mkdtemp(prefix="gpu-ttft-"))
     env = gpu.setup(args.setup, work) if args.setup else {"OLLAMA_RUNNERS_DIR": str(common.ROOT / "runners")}
     children: list[common.Child] = []
@@ -426,6 +457,9 @@ def main() -> None:
                  f"{(gpu.med(list(cpu)) or 0) * 1e3:.2f} ms.")
         report.add(f"{name}: first token, gateway vs relay floor vs direct (one runner process)", text,
                    rounds={k: v for k, v in got.items()}, cpu_per_request=gpu.med(list(cpu)))
+
+        if "conc" not in args.skip and report.left() > 90:
+            step_conc(report, sides, name, rounds=max(args.rounds // 10, 4))
 
         # -- what a second llama-server process on the same card costs a comparison ---------------------------------
         if report.left() > 150 and "other" not in args.skip:

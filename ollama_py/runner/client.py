@@ -38,16 +38,30 @@ class LlamaClient:
 
     def __init__(self, base_url: str, *, read_timeout: float | None = None, api_key: str = "",
                  max_calls: int = MAX_CALLS) -> None:
-        self.base_url = base_url
         self.max_calls = max_calls
         self._calls = asyncio.Semaphore(max_calls)
         self.read_timeout = read_timeout
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
         self._streams: set[sse.SSEStream] = set()
-        url = urllib.parse.urlsplit(base_url)
-        self._spare = sse.Spare(url.hostname or "127.0.0.1", url.port or 80, read_timeout)
+        self._spare: sse.Spare | None = None
+        self.base_url = base_url  # (the scheduler sets it once the runner listens)
         self._n_vocab: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    @base_url.setter
+    def base_url(self, url: str) -> None:
+        """The runner's address; its spare connection (sse.Spare) goes there, none before it has one."""
+        self._base_url = url
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
+        if url:
+            parts = urllib.parse.urlsplit(url)
+            self._spare = sse.Spare(parts.hostname or "127.0.0.1", parts.port or 80, self.read_timeout)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -62,7 +76,8 @@ class LlamaClient:
 
     async def close(self) -> None:
         """Close the session. Requests still in flight fail at once (UpstreamLost)."""
-        self._spare.close()
+        if self._spare is not None:
+            self._spare.close()
         for stream in list(self._streams):
             stream.fail(UpstreamLost("connection to llama runner lost: runner stopped"))
         if self._session is not None:

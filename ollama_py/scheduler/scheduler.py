@@ -73,6 +73,23 @@ class LoadPlan:
     gpus: tuple[str, ...] | None = None  # GpuInfo.uuid of the only GPUs it may use (--device); None: any
 
 
+class SlotHold:
+    """A request's hold on a runner slot, for a request that is done with the runner before it is done itself
+    (Scheduler.use(hold=...)): a completion gives its slot to the next queued request as soon as llama-server
+    has sent the last event, not after its own final bookkeeping and the client's last write. Released once."""
+
+    __slots__ = ("_loaded",)
+
+    def __init__(self) -> None:
+        self._loaded: Loaded | None = None
+
+    def release(self) -> None:
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None:
+            loaded.slots.release()
+            loaded.requests_served += 1
+
+
 @dataclass(eq=False)
 class Loaded:
     """One loaded (or loading) model and its runner."""
@@ -150,9 +167,14 @@ class Scheduler:
     @contextlib.asynccontextmanager
     async def use(self, model: Model, options: dict[str, Any], keep_alive: float | None, *,
                   embedding: bool = False,
-                  progress: Callable[[Loaded, LoadReport], None] | None = None) -> AsyncIterator[Loaded]:
+                  progress: Callable[[Loaded, LoadReport], None] | None = None,
+                  before_slot: Callable[[Loaded], Awaitable[None]] | None = None,
+                  hold: SlotHold | None = None) -> AsyncIterator[Loaded]:
         """A ready runner for model with one of its slots held for the duration of the block. `progress` is
-        given the runner's load reports while this request waits for it to be ready (none when it already is)."""
+        given the runner's load reports while this request waits for it to be ready (none when it already is).
+        `before_slot` runs once the runner is ready and before the request queues for a slot (work that needs
+        the runner but not a slot: the prompt); with `hold`, the caller may give the slot back before the block
+        ends (SlotHold.release, once the runner has finished with it)."""
         if self._closed:
             raise ServerBusy("server is shutting down")
         if self.pending >= self.settings.max_queue:
@@ -175,12 +197,16 @@ class Scheduler:
             if not loaded.client.base_url:
                 loaded.client.base_url = loaded.runner.base_url
                 self._emit("loaded", loaded)
+            if before_slot is not None:
+                await before_slot(loaded)
             loaded.waiting += 1
             try:
                 await loaded.slots.acquire()
                 slot = True
             finally:
                 loaded.waiting -= 1
+            if hold is not None:
+                hold._loaded = loaded
             self.pending -= 1
             counted = False
             if not loaded.runner.alive:
@@ -194,7 +220,9 @@ class Scheduler:
             if counted:
                 self.pending -= 1
             if loaded is not None:
-                if slot:
+                if slot and hold is not None:
+                    hold.release()  # unless the caller already did
+                elif slot:
                     loaded.slots.release()
                     loaded.requests_served += 1
                 await self._release(loaded)

@@ -19,7 +19,7 @@ from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
 from ollama_py.runner.argv import MEDIA_MARKER
 from ollama_py.runner.client import UpstreamLost
-from ollama_py.scheduler.scheduler import Loaded, Scheduler
+from ollama_py.scheduler.scheduler import Loaded, Scheduler, SlotHold
 from ollama_py.server.access_log import RequestStats, current_stats
 from ollama_py.server.offload import BULKY, per_item, release
 from ollama_py.server.rendering import render_gguf_chat, render_off_loop
@@ -215,14 +215,20 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
     t_wait = time.perf_counter()
     stats = current_stats()  # the request's record for the access log and /metrics
     stats.note_model(req.model)
-    async with scheduler.use(req.model, req.options, req.keep_alive) as loaded:
+    prepared: list[tuple[_Collected, _Split | None]] = []
+
+    async def prepare(loaded: Loaded) -> None:  # the prompt is ready before the request queues for a slot
+        collected = _Collected(await build_prompt(req, loaded))
+        prepared.append((collected, await _Split.for_request(req, collected.prompt)))
+
+    hold = SlotHold()  # given back as soon as the runner's last event is in (_deltas)
+    async with scheduler.use(req.model, req.options, req.keep_alive, before_slot=prepare, hold=hold) as loaded:
         load_ns = 0
         if loaded.requests_served == 0 and loaded.runner.load_duration:
             load_ns = int(min(loaded.runner.load_duration, time.perf_counter() - t_wait) * 1e9)
-        out = _Collected(await build_prompt(req, loaded))
-        split = await _Split.for_request(req, out.prompt)
+        out, split = prepared[0]
         lane = req.lane if split is None and req.logprobs is None and not req.progress else None
-        async for delta in _deltas(loaded, req, out, split, lane, stats):
+        async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
             yield delta
         final = await _final(req, loaded, out, load_ns)
         stats.finished(final)
@@ -340,9 +346,10 @@ async def _stop_at_context_end(req: CompletionRequest, loaded: Loaded, prompt: s
 
 
 async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split: _Split | None,
-                  lane: Lane | None, stats: RequestStats) -> AsyncGenerator[Delta, None]:
-    """The runner's events as Deltas, up to its stop event (kept in `out`). A prompt too long for the context is
-    fitted once (fit_prompt) and sent again; a runner that dies under the request becomes its error."""
+                  lane: Lane | None, stats: RequestStats, hold: SlotHold) -> AsyncGenerator[Delta, None]:
+    """The runner's events as Deltas, up to its stop event (kept in `out`; the slot is given back with it). A
+    prompt too long for the context is fitted once (fit_prompt) and sent again; a runner that dies under the
+    request becomes its error."""
     body = _runner_body(req, out.prompt, split.thinking if split is not None else None, loaded.plan.spec.num_ctx)
     if not req.shift:
         await _stop_at_context_end(req, loaded, out.prompt, body)
@@ -356,6 +363,7 @@ async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split
                 stats.first_output()
                 if stop:
                     out.last_event = event
+                    hold.release()  # llama-server is done with the slot: the next queued request may go
                 if req.want_context and event.get("tokens") and not stop:
                     out.tokens.extend(event["tokens"])
                 delta = _plain_delta(event, stop, out) if split is None else _split_delta(event, stop, out, split)

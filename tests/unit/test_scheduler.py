@@ -444,3 +444,49 @@ async def test_unload_finds_a_runner_started_with_settings_since_changed(tmp_pat
         assert not sched.loaded
     finally:
         await sched.shutdown()
+
+
+async def test_a_slot_given_back_early_lets_the_queued_request_in_before_the_holder_is_done(tmp_path):
+    """A completion gives its slot back once the runner's last event is in (SlotHold); the request queued behind
+    it starts then, while the first still finishes its own bookkeeping. Its prompt was built before it queued."""
+    from ollama_py.scheduler.scheduler import SlotHold
+
+    sched = make_scheduler(tmp_path, num_parallel=1)
+    a = model(tmp_path, "a")
+    try:
+        order: list[str] = []
+        finish = asyncio.Event()
+        first_in = asyncio.Event()
+
+        async def first():
+            hold = SlotHold()
+            async with sched.use(a, {}, 600.0, hold=hold) as loaded:
+                first_in.set()
+                order.append("first: " + await generate(loaded, 2))
+                hold.release()
+                hold.release()  # once only: a second release gives back nothing
+                await finish.wait()  # the final bookkeeping, still inside the block
+                order.append("first: done")
+
+        async def second():
+            async def prepare(loaded) -> None:
+                order.append("second: prompt built")
+
+            async with sched.use(a, {}, 600.0, before_slot=prepare) as loaded:
+                order.append("second: " + await generate(loaded, 3))
+
+        t1 = asyncio.create_task(first())
+        await first_in.wait()
+        t2 = asyncio.create_task(second())
+        await wait_for(lambda: "second: The quick brown" in order)
+        assert order == ["second: prompt built", "first: The quick", "second: The quick brown"] or \
+            order == ["first: The quick", "second: prompt built", "second: The quick brown"]
+        assert order.index("second: prompt built") < order.index("second: The quick brown")
+        finish.set()
+        await asyncio.gather(t1, t2)
+        loaded = next(iter(sched.loaded.values()))
+        assert loaded.requests_served == 2
+        assert not loaded.slots.locked()  # the one slot is free: released once, not twice
+        assert loaded.slots._value == 1  # noqa: SLF001  # not 2: the double release gave back nothing
+    finally:
+        await sched.shutdown()

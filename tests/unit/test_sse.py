@@ -475,3 +475,32 @@ def test_a_spare_is_closed_with_its_runner_client() -> None:
 
     runner = asyncio.run(main())
     assert runner.closed_idle == 1  # ...and closed with the client, never used
+
+
+def test_a_runner_client_given_its_address_once_the_runner_listens_has_a_spare_there() -> None:
+    """The scheduler makes a runner's client before the runner has a port, and sets base_url once it listens:
+    the spare connection must go to that address (not to port 80 of an empty URL)."""
+    from ollama_py.runner.client import LlamaClient
+
+    async def main() -> tuple[list[bool], Runner]:
+        runner = Runner()
+        port = await runner.start()
+        client = LlamaClient("", read_timeout=5)
+        client.base_url = f"http://127.0.0.1:{port}"
+        used = []
+        try:
+            for _ in range(2):
+                tap = Tap()
+                assert [e async for e in client.stream("/completion", {"prompt": "x"}, tap)] == EVENTS
+                assert tap.stream is not None
+                used.append(tap.stream.spare)
+                await _settle()
+            await client.close()
+            await _settle()
+            return used, runner
+        finally:
+            runner.close()
+
+    used, runner = asyncio.run(main())
+    assert used == [False, True]
+    assert runner.answered == [1, 2] and runner.closed_idle == 1
