@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,10 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         # verbosity 4 makes llama-server print its buffer sizes per device, which the scheduler reads back
         # to report real memory use (estimate/memory.parse_llama_server_buffers)
         "-lv", "4",
+        # llama-server's HTTP threads (its default: max(slots + 2, cores - 1)). A connection waiting for its
+        # next request holds one for up to 5 s, and the gateway keeps one such (runner/sse.Spare) beside its
+        # streams: two more than the default's floor, so a tokenize or a /metrics call never queues behind it.
+        "--threads-http", str(max(spec.parallel + 4, (os.cpu_count() or 1) - 1)),
     ]
     if spec.parallel > 1:
         argv += ["--kv-unified", "--kv-unified-per-slot", str(spec.num_ctx)]

@@ -25,6 +25,15 @@ def test_defaults_bind_loopback_and_share_the_context() -> None:
     assert {"--no-webui", "--offline", "--metrics"} <= set(argv)
 
 
+@pytest.mark.parametrize("parallel", [1, 4, 16])
+def test_http_threads_leave_room_beside_the_slots_for_a_spare_connection_and_small_calls(parallel: int) -> None:
+    """llama-server serves each connection on a thread of its own; the gateway's streams (one a slot), its spare
+    connection and a tokenize or /metrics call at once must never wait for a thread."""
+    argv = build_argv(LaunchSpec(model=MODEL, parallel=parallel), "/bin/llama-server", 4321)
+    (threads,) = flag_values(argv, "--threads-http")
+    assert int(threads) >= parallel + 4
+
+
 @pytest.mark.parametrize(("spec", "present", "absent"), [
     pytest.param(LaunchSpec(model=MODEL, num_batch=256), [("-b", "256"), ("-ub", "256")], [], id="num_batch"),
     pytest.param(LaunchSpec(model=MODEL, n_gpu_layers=None), [], ["-ngl", "--fit"], id="gpu-layers-unset"),
