@@ -20,6 +20,11 @@ What it records, writing the report after every step so a cut-off run still retu
 - `num_gpu: 0` (a CPU reload), a partial offload (OLLAMA_GPU_OVERHEAD = free memory - 3000 MiB) and the
   vulkan runner forced onto the same card.
 
+Its direct side is a second llama-server process with the gateway's argv, and its rounds mix native and chat
+prompts: right for decode, streams and memory, not for a first token (the card's switch between two processes,
+~0.3 ms, and llama-server's switch of cached prompts, ~3 ms, fall on one side only). First tokens:
+bench/gpu_first_token.py, every side on the serve's own runner.
+
 --setup DIR (made by --pack): runners as xz (cuda/, vulkan/), wheels the machine's Python lacks, the Vulkan loader
 and glvnd .debs (the NVIDIA Vulkan ICD needs them); the CUDA runtime libraries are looked up on the machine.
 """
