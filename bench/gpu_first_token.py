@@ -263,6 +263,22 @@ def start_relay(runner_url: str, key: str = "") -> tuple[subprocess.Popen[bytes]
     return proc, url
 
 
+def start_wrapped(tmp: Path, env: dict[str, str], mode: str, out: Path, name: str) -> common.Child:
+    """serve run by this script in `mode` (--traced-serve / --profiled-serve, writing `out` at exit), `name` loaded."""
+    child = common.start_serve(tmp, env, runners_dir=Path(env["OLLAMA_RUNNERS_DIR"]),
+                               prefix=[sys.executable, __file__, mode, str(out)])
+    requests.post(child.url + "/api/generate", json={"model": name, "prompt": "", "keep_alive": "1h"},
+                  timeout=300).raise_for_status()
+    return child
+
+
+def wait_for_file(path: Path, seconds: float = 5.0) -> None:
+    """A stopped serve writes its marks or profile as it exits: wait for the file to be there."""
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def step_variant(report: gpu.Report, work: Path, argv: list[str], extra: list[str], name: str, rounds: int) -> None:
     """A direct llama-server with the gateway's argv plus `extra`, and the relay in front of it: first tokens,
     and the runner's own CPU while idle (does it spin between requests?) and per request."""
@@ -500,12 +516,8 @@ def main() -> None:
         if report.left() > 60 and "trace" not in args.skip:
             trace_out = work / "marks.json"
             serve.stop()  # one serve per store
-            tserve = common.start_serve(work / "serve-trace", {**env, **store},
-                                        runners_dir=Path(env["OLLAMA_RUNNERS_DIR"]),
-                                        prefix=[sys.executable, __file__, "--traced-serve", str(trace_out)])
+            tserve = start_wrapped(work / "serve-trace", {**env, **store}, "--traced-serve", trace_out, name)
             children.append(tserve)
-            requests.post(tserve.url + "/api/generate", json={"model": name, "prompt": "", "keep_alive": "1h"},
-                          timeout=300).raise_for_status()
             targv = common.runner_argv(tserve) or []
             turl, tkey = f"http://127.0.0.1:{targv[targv.index('--port') + 1]}", common.runner_key(tserve)
             direct_t: list[float] = []
@@ -518,10 +530,7 @@ def main() -> None:
                 client.append((t0, t0 + (got1["ttft"] or 0)))
                 direct_t.append(one(turl, "direct", name, 8, tkey)["ttft"] or 0)
             tserve.stop()
-            for _ in range(50):
-                if trace_out.exists():
-                    break
-                time.sleep(0.1)
+            wait_for_file(trace_out)
             marks = [m for m in json.loads(trace_out.read_text()) if "written" in m][-len(client):]  # generations
             for m, (sent, read) in zip(marks, client, strict=False):
                 m["client_sends"], m["client_reads"] = sent, read
@@ -546,22 +555,15 @@ def main() -> None:
             for child in children[:1]:
                 child.stop()
             prof_out = work / "serve.prof"
-            pserve = common.start_serve(work / "serve-prof", {**env, **store},
-                                        runners_dir=Path(env["OLLAMA_RUNNERS_DIR"]),
-                                        prefix=[sys.executable, __file__, "--profiled-serve", str(prof_out)])
+            pserve = start_wrapped(work / "serve-prof", {**env, **store}, "--profiled-serve", prof_out, name)
             children.append(pserve)
-            requests.post(pserve.url + "/api/generate", json={"model": name, "prompt": "", "keep_alive": "1h"},
-                          timeout=300).raise_for_status()
             for _ in range(5):
                 one(pserve.url, "gateway", name, 8)
             n = 200
             for _ in range(n):
                 one(pserve.url, "gateway", name, 8)
             pserve.stop()
-            for _ in range(50):
-                if prof_out.exists():
-                    break
-                time.sleep(0.1)
+            wait_for_file(prof_out)
             buf = io.StringIO()
             stats = pstats.Stats(str(prof_out), stream=buf)
             stats.sort_stats("tottime").print_stats(40)
