@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -328,7 +329,7 @@ def concurrent(url: str, kind: str, model: str, streams: int, n: int, tag: str) 
     return sum(g["tokens"] for g in got) / (end - start)
 
 
-def med(values: list[float | None]) -> float | None:
+def med(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
 
@@ -526,10 +527,10 @@ class Run:
              fmt(_ms(ttft["direct-openai"]), digits=2), _added(ttft["openai"], ttft["direct-openai"])],
             ["whole 8-token request ms, native vs /completion", fmt(_ms(whole["native"]), digits=2),
              fmt(_ms(whole["direct"]), digits=2), ratio(whole["native"], whole["direct"])],
-            ["4 streams agg tok/s (OpenAI)", fmt(med(c.get("gw4", []))), fmt(med(c.get("d4", []))),  # type: ignore[arg-type]
-             ratio(med(c.get("gw4", [])), med(c.get("d4", []))),],  # type: ignore[arg-type]
-            ["16 streams agg tok/s (OpenAI)", fmt(med(c.get("gw16", []))), fmt(med(c.get("d16", []))),  # type: ignore[arg-type]
-             ratio(med(c.get("gw16", [])), med(c.get("d16", [])))],  # type: ignore[arg-type]
+            ["4 streams agg tok/s (OpenAI)", fmt(med(c.get("gw4", []))), fmt(med(c.get("d4", []))),
+             ratio(med(c.get("gw4", [])), med(c.get("d4", []))),],
+            ["16 streams agg tok/s (OpenAI)", fmt(med(c.get("gw16", []))), fmt(med(c.get("d16", []))),
+             ratio(med(c.get("gw16", [])), med(c.get("d16", [])))],
         ]
         report.add(f"{name}: gateway vs direct llama-server (same argv)",
                    common.markdown_table(["", "gateway", "direct", "ratio / added"], rows) +

@@ -88,9 +88,12 @@ def relay_main(port: int, runner: str, key: str = "") -> None:
     async def stop(app: web.Application) -> None:
         await app["session"].close()
 
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
     app = web.Application()
     app.router.add_post("/api/generate", generate)
-    app.router.add_get("/health", lambda r: web.json_response({"status": "ok"}))
+    app.router.add_get("/health", health)
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     with contextlib.suppress(ImportError):
@@ -177,9 +180,9 @@ def traced_serve(out: str) -> None:
 
     web_protocol.RequestHandler.connection_made = made  # type: ignore[method-assign]
     web_protocol.RequestHandler.data_received = data_in  # type: ignore[method-assign]
-    sse.post_stream = post_stream  # type: ignore[assignment]
+    sse.post_stream = post_stream
     sse.SSEStream.data_received = runner_in  # type: ignore[method-assign]
-    streaming._StreamResponse.write = write  # type: ignore[method-assign]
+    streaming._StreamResponse.write = write  # type: ignore[method-assign,assignment]
 
     def dump() -> None:
         if current:
@@ -532,8 +535,8 @@ def main() -> None:
             tserve.stop()
             wait_for_file(trace_out)
             marks = [m for m in json.loads(trace_out.read_text()) if "written" in m][-len(client):]  # generations
-            for m, (sent, read) in zip(marks, client, strict=False):
-                m["client_sends"], m["client_reads"] = sent, read
+            for mk, (sent, read) in zip(marks, client, strict=False):
+                mk["client_sends"], mk["client_reads"] = sent, read
             marks = marks[3:]
             report.add("Inside the gateway: median time between marks (native, 8 tokens)",
                        common.markdown_table(["step", "ms", "requests"], phases(marks))
@@ -574,7 +577,7 @@ def main() -> None:
             with contextlib.suppress(Exception):
                 child.stop()
         with contextlib.suppress(Exception):
-            relay_proc.terminate()  # type: ignore[possibly-undefined]
+            relay_proc.terminate()
         report.add("Run", f"{time.monotonic() - report.started:.0f} s; git {common.machine_info().get('git')}")
 
 

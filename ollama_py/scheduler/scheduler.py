@@ -86,8 +86,7 @@ class SlotHold:
     def release(self) -> None:
         loaded, self._loaded = self._loaded, None
         if loaded is not None:
-            loaded.slots.release()
-            loaded.requests_served += 1
+            loaded.give_back()
 
 
 @dataclass(eq=False)
@@ -99,7 +98,7 @@ class Loaded:
     plan: LoadPlan
     runner: RunnerProcess
     client: LlamaClient
-    slots: asyncio.Semaphore
+    slots: asyncio.Semaphore  # the runner's slots and its own queue (policy.RUNNER_QUEUE): requests sent to it
     session_duration: float
     refcount: int = 0
     waiting: int = 0
@@ -108,6 +107,7 @@ class Loaded:
     unloading: bool = False
     keep_slots: bool = True  # save its slots when it stops for keep-alive, eviction or new settings (not on delete)
     requests_served: int = 0
+    dispatched: int = 0  # requests holding one of `slots`' places: in a slot, or in the runner's own queue
     # What llama-server really allocated, from its buffer log lines once loaded (factory.record_actual_memory);
     # None / empty until then, or when its log names no buffers.
     actual_size: int | None = None
@@ -117,6 +117,17 @@ class Loaded:
     @property
     def key(self) -> str:
         return self.plan.key
+
+    @property
+    def in_runner_queue(self) -> int:
+        """Requests sent to the runner beyond its slots (policy.RUNNER_QUEUE): queued, though no longer here."""
+        return max(self.dispatched - self.plan.spec.parallel, 0)
+
+    def give_back(self) -> None:
+        """A request is done with its place (Scheduler.use, SlotHold)."""
+        self.slots.release()
+        self.dispatched -= 1
+        self.requests_served += 1
 
     @property
     def state(self) -> str:
@@ -157,13 +168,18 @@ class Scheduler:
         self._forget_slots = forget_slots
         self.max_runners = policy.max_runners(settings.max_loaded_models, gpu_count)
         self.loaded: dict[str, Loaded] = {}
-        self.pending = 0
+        self._waiting_here = 0  # requests not yet sent to a runner (loading, or all its places taken)
         self._changed = asyncio.Condition()
         self._closed = False
         self.listeners: list[Callable[[str, Loaded], None]] = []  # ("loaded"|"unloaded"|"crashed"|"evicted", l)
         self._templates_checked: dict[str, OllamaError | None] = {}  # model digest -> its template's verdict
 
     # -- public -------------------------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Requests waiting for a slot (what OLLAMA_MAX_QUEUE bounds): here, or in a runner's own queue."""
+        return self._waiting_here + sum(loaded.in_runner_queue for loaded in self.loaded.values())
+
     @contextlib.asynccontextmanager
     async def use(self, model: Model, options: dict[str, Any], keep_alive: float | None, *,
                   embedding: bool = False,
@@ -179,7 +195,7 @@ class Scheduler:
             raise ServerBusy("server is shutting down")
         if self.pending >= self.settings.max_queue:
             raise ServerBusy()
-        self.pending += 1
+        self._waiting_here += 1
         counted = True
         loaded: Loaded | None = None
         slot = False
@@ -203,11 +219,12 @@ class Scheduler:
             try:
                 await loaded.slots.acquire()
                 slot = True
+                loaded.dispatched += 1
             finally:
                 loaded.waiting -= 1
             if hold is not None:
                 hold._loaded = loaded
-            self.pending -= 1
+            self._waiting_here -= 1
             counted = False
             if not loaded.runner.alive:
                 raise loaded.runner.error()
@@ -218,13 +235,12 @@ class Scheduler:
                 raise
         finally:
             if counted:
-                self.pending -= 1
+                self._waiting_here -= 1
             if loaded is not None:
                 if slot and hold is not None:
                     hold.release()  # unless the caller already did
                 elif slot:
-                    loaded.slots.release()
-                    loaded.requests_served += 1
+                    loaded.give_back()
                 await self._release(loaded)
 
     async def load(self, model: Model, options: dict[str, Any], keep_alive: float | None, *,
@@ -372,7 +388,7 @@ class Scheduler:
         loaded = Loaded(
             name=name, model=model, plan=plan, runner=runner,
             client=LlamaClient("", read_timeout=read_timeout, api_key=runner.api_key),
-            slots=asyncio.Semaphore(plan.spec.parallel),
+            slots=asyncio.Semaphore(plan.spec.parallel + policy.RUNNER_QUEUE),  # its slots and its own queue
             session_duration=self._keep_alive_of(model) if keep_alive is None else keep_alive,
         )
         self.loaded[plan.key] = loaded

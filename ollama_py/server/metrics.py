@@ -65,11 +65,13 @@ def runner_kind(loaded: Loaded) -> str:
 
 
 def queue_counts(loaded: Loaded) -> tuple[int, int]:
-    """(queued, active) for one runner: requests waiting for it (to finish loading, or for a free slot) and
-    requests it is serving. While it loads, every request holding a reference on it is waiting."""
+    """(queued, active) for one runner: requests waiting for it (to finish loading, or for a slot: here or in
+    its own queue, policy.RUNNER_QUEUE) and requests in its slots. While it loads, every request holding a
+    reference on it is waiting."""
     if loaded.state == "loading":
         return loaded.refcount, 0
-    return loaded.waiting, max(loaded.refcount - loaded.waiting, 0)
+    queued = loaded.waiting + loaded.in_runner_queue
+    return queued, max(loaded.refcount - queued, 0)
 
 
 def relabel(text: str, labels: Mapping[str, str]) -> list[Metric]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from ollama_py.config import Settings
 from ollama_py.errors import RunnerError, RunnerLoadError, ServerBusy
 from ollama_py.runner.argv import LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess
+from ollama_py.scheduler import policy
 from ollama_py.scheduler.scheduler import LoadPlan, Scheduler
 
 FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_llama_server.py"
@@ -170,20 +172,23 @@ async def test_queue_overflow_answers_server_busy_and_keeps_serving(tmp_path):
     a = model(tmp_path, "a")
     try:
         release = asyncio.Event()
-        holding = asyncio.Event()
+        holding: list[int] = []
 
         async def hold():
             async with sched.use(a, {}, None):
-                holding.set()
+                holding.append(1)
                 await release.wait()
 
         async def quick():
             async with sched.use(a, {}, None) as loaded:
                 return await generate(loaded, 2)
 
-        holder = asyncio.create_task(hold())
-        await holding.wait()
-        waiters = [asyncio.create_task(quick()) for _ in range(2)]
+        # the runner's slot and its own queue (policy.RUNNER_QUEUE) taken; the one in the runner's queue is
+        # queued all the same, as are those waiting here
+        holders = [asyncio.create_task(hold()) for _ in range(1 + policy.RUNNER_QUEUE)]
+        await wait_for(lambda: len(holding) == 1 + policy.RUNNER_QUEUE)
+        assert sched.pending == policy.RUNNER_QUEUE
+        waiters = [asyncio.create_task(quick()) for _ in range(2 - policy.RUNNER_QUEUE)]
         await wait_for(lambda: sched.pending == 2)
         with pytest.raises(ServerBusy) as exc:
             async with sched.use(a, {}, None):
@@ -191,8 +196,8 @@ async def test_queue_overflow_answers_server_busy_and_keeps_serving(tmp_path):
         assert exc.value.status == 503
         assert "maximum pending requests exceeded" in str(exc.value)
         release.set()
-        assert await asyncio.gather(*waiters) == ["The quick", "The quick"]
-        await holder
+        assert await asyncio.gather(*waiters) == ["The quick"] * (2 - policy.RUNNER_QUEUE)
+        await asyncio.gather(*holders)
         assert await quick() == "The quick"
     finally:
         await sched.shutdown()
@@ -457,6 +462,12 @@ async def test_a_slot_given_back_early_lets_the_queued_request_in_before_the_hol
         order: list[str] = []
         finish = asyncio.Event()
         first_in = asyncio.Event()
+        queued: list[int] = []
+
+        async def in_the_runners_queue():  # holds the place a runner has beyond its slots (policy.RUNNER_QUEUE)
+            async with sched.use(a, {}, 600.0):
+                queued.append(1)
+                await finish.wait()
 
         async def first():
             hold = SlotHold()
@@ -477,16 +488,48 @@ async def test_a_slot_given_back_early_lets_the_queued_request_in_before_the_hol
 
         t1 = asyncio.create_task(first())
         await first_in.wait()
+        blockers = [asyncio.create_task(in_the_runners_queue()) for _ in range(policy.RUNNER_QUEUE)]
+        await wait_for(lambda: len(queued) == policy.RUNNER_QUEUE)
         t2 = asyncio.create_task(second())
         await wait_for(lambda: "second: The quick brown" in order)
         assert order == ["second: prompt built", "first: The quick", "second: The quick brown"] or \
             order == ["first: The quick", "second: prompt built", "second: The quick brown"]
         assert order.index("second: prompt built") < order.index("second: The quick brown")
         finish.set()
-        await asyncio.gather(t1, t2)
+        await asyncio.gather(t1, t2, *blockers)
         loaded = next(iter(sched.loaded.values()))
-        assert loaded.requests_served == 2
-        assert not loaded.slots.locked()  # the one slot is free: released once, not twice
-        assert loaded.slots._value == 1  # noqa: SLF001  # not 2: the double release gave back nothing
+        assert loaded.requests_served == 2 + policy.RUNNER_QUEUE
+        # every place free, each given back once: the double release gave back nothing
+        assert loaded.slots._value == 1 + policy.RUNNER_QUEUE  # noqa: SLF001
+    finally:
+        await sched.shutdown()
+
+
+async def test_one_request_beyond_the_slots_waits_in_the_runners_own_queue(tmp_path):
+    """While a runner's one slot streams, the next request is already sent to it (llama-server starts it in the
+    step the slot frees); the one after waits here. Both count as queued (OLLAMA_MAX_QUEUE, /metrics)."""
+    log = tmp_path / "bodies.jsonl"
+    sched = make_scheduler(tmp_path, {"FAKE_TOKEN_DELAY": "0.2", "FAKE_LOG_FILE": str(log)}, num_parallel=1)
+    a = model(tmp_path, "a")
+
+    def bodies() -> list[str]:
+        return [json.loads(line)["prompt"] for line in log.read_text().splitlines()] if log.exists() else []
+
+    async def ask(prompt: str) -> str:
+        async with sched.use(a, {}, 600.0) as loaded:
+            text = ""
+            async for ev in loaded.client.stream("/completion", {"prompt": prompt, "n_predict": 2, "stream": True}):
+                text += ev.get("content", "")
+            return text
+
+    try:
+        tasks = [asyncio.create_task(ask(p)) for p in ("one", "two", "three")]
+        await wait_for(lambda: bodies() == ["one", "two"])  # the second is at the runner while the first streams
+        loaded = next(iter(sched.loaded.values()))
+        assert not tasks[0].done()
+        assert loaded.waiting == 1 and loaded.in_runner_queue == 1  # the third waits here, the second there
+        assert sched.pending == 2
+        assert await asyncio.gather(*tasks) == ["The quick"] * 3
+        assert bodies() == ["one", "two", "three"]
     finally:
         await sched.shutdown()
