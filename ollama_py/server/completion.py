@@ -209,9 +209,10 @@ def _place_images(messages: list[Message]) -> tuple[list[Message], list[str]]:
 
 
 async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncGenerator[Delta | Final, None]:
-    """Load (or reuse) the model's runner, stream its completion, end with Final. The steps: hold a slot of the
-    runner, build the prompt, stream the runner's events as Deltas (`_deltas`: plain, or split into thinking and
-    tool calls; plain tokens may take the lane), then the Final from what was collected."""
+    """Load (or reuse) the model's runner, stream its completion, end with Final. The steps: build the prompt,
+    take a place at the runner (a slot, or its own queue), stream the runner's events as Deltas (`_deltas`:
+    plain, or split into thinking and tool calls; plain tokens may take the lane; the place is given back with
+    the last event), then the Final from what was collected."""
     t_wait = time.perf_counter()
     stats = current_stats()  # the request's record for the access log and /metrics
     stats.note_model(req.model)
