@@ -84,8 +84,7 @@ class SSEStream(asyncio.Protocol):
     # -- the protocol side -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        if self._read_timeout:
-            self._timer = self._loop.call_later(self._read_timeout / _TICKS, self._check_silence, -1, 0)
+        self._rearm()
 
     def data_received(self, data: bytes) -> None:
         self._reads += 1
@@ -158,7 +157,8 @@ class SSEStream(asyncio.Protocol):
             self._timer = self._loop.call_later(self._read_timeout / _TICKS, self._check_silence, self._reads, quiet)
 
     def _rearm(self) -> None:
-        """The silence timer started anew (a spare connection's idle time before its request is no silence)."""
+        """The silence timer started: on connecting, and anew when a spare connection gets its request (its idle
+        time before that is no silence)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -97,13 +97,10 @@ class Model:
 
     @functools.cached_property
     def _capabilities(self) -> tuple[str, ...]:
-        return tuple(self._work_out_capabilities())
-
-    def _work_out_capabilities(self) -> list[str]:
         caps: list[str] = []
         info = self.info
         if self.is_reranker:
-            return ["rerank"]
+            return ("rerank",)
         caps.append("embedding" if info is not None and info.is_embedding else "completion")
         if self.projectors or (info is not None and info.has_vision):
             caps.append("vision")
@@ -117,7 +114,7 @@ class Model:
         elif info is not None and info.chat_template and "tools" in info.chat_template:
             # No Go template: llama-server renders the GGUF's own Jinja template, tools included.
             caps.append("tools")
-        return caps
+        return tuple(caps)
 
     @functools.cached_property
     def is_reranker(self) -> bool:  # once per Model: the GGUF's answer looks through its tensor table
