@@ -363,6 +363,11 @@ def message(msg_id: str, model: str, final: Final, show_thinking: bool = True) -
             "stop_reason": reason, "stop_sequence": sequence, "usage": _usage(final)}
 
 
+def is_last(event: tuple[str, dict[str, Any]]) -> bool:
+    """A message stream's last event (it leaves with the end of the body)."""
+    return event[0] == "message_stop"
+
+
 @dataclass(slots=True)
 class MessageStream:
     """Turns Delta texts and thoughts and the Final into Anthropic's named SSE events, keeping the block

@@ -18,7 +18,7 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -425,6 +425,14 @@ def usage_chunk(meta: ResponseMeta, final: Final, obj: str = "chat.completion.ch
     """stream_options.include_usage: one last chunk with no choices and the usage."""
     return {"id": meta.id, "object": obj, "created": meta.created, "model": meta.model,
             "system_fingerprint": FINGERPRINT, "choices": [], "usage": usage(final)}
+
+
+def last_chunk(include_usage: bool) -> Callable[[dict[str, Any]], bool]:
+    """Which chunk of a stream is its last (it leaves with `data: [DONE]` and the end of the body): the usage
+    chunk when asked for, else the one with the finish reason."""
+    if include_usage:
+        return lambda chunk: "usage" in chunk
+    return lambda chunk: bool(chunk["choices"]) and chunk["choices"][0]["finish_reason"] is not None
 
 
 def chat_completion(meta: ResponseMeta, final: Final, logprobs: list[dict[str, Any]] | None) -> dict[str, Any]:

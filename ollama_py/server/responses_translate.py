@@ -327,6 +327,11 @@ def response(response_id: str, item_id: str, model: str, echo: dict[str, Any], f
     return response_object(response_id, model, echo, "completed", output, final)
 
 
+def is_last(event: tuple[str, dict[str, Any]]) -> bool:
+    """A response stream's last event (it leaves with the end of the body)."""
+    return event[0] == "response.completed"
+
+
 class ResponseStream:
     """The named events of one streamed response, in order, each with its sequence_number."""
 

@@ -55,7 +55,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         return web.json_response(ant.message(msg_id, raw_name, items[-1], params.show_thinking))
 
     stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens, params.show_thinking)
-    return await sse(request, content_blocks(events, stream), done_marker=False)
+    return await sse(request, content_blocks(events, stream), done_marker=False, ends=ant.is_last)
 
 
 @routes.post("/v1/messages/count_tokens")

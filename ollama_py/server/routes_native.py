@@ -111,12 +111,17 @@ async def _reply(request: web.Request, body: dict[str, Any],
                  events: AsyncIterator[GenerateResponse] | AsyncIterator[ChatResponse],
                  lane: Lane | None = None) -> web.StreamResponse:
     if _streaming(body):
-        return await ndjson(request, events, lane)
+        return await ndjson(request, events, lane, ends=_is_done)
     items = await collect(events)
     merged = _merge(items)
     if long_context(merged):  # millions of context ids: encoded a slice at a time, off the loop
         return web.Response(body=await encode_long(json_body, merged), content_type="application/json")
     return web.json_response(merged)
+
+
+def _is_done(chunk: Mapping[str, Any]) -> bool:
+    """A completion's last chunk (done: true): it leaves with the end of the body."""
+    return chunk.get("done") is True
 
 
 def json_body(obj: Any) -> bytes:

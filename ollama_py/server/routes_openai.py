@@ -90,7 +90,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 if params.include_usage:
                     yield oai.usage_chunk(meta, final)
 
-    return await sse(request, chunks(), lane=req.lane)
+    return await sse(request, chunks(), lane=req.lane, ends=oai.last_chunk(params.include_usage))
 
 
 @routes.post("/v1/responses")
@@ -111,7 +111,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                                              params.namespaces))
 
     stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo, params.namespaces)
-    return await sse(request, content_blocks(events, stream), done_marker=False)
+    return await sse(request, content_blocks(events, stream), done_marker=False, ends=rt.is_last)
 
 
 @routes.post("/v1/completions")
@@ -162,7 +162,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 if params.include_usage:
                     yield oai.usage_chunk(meta, ev, "text_completion")
 
-    return await sse(request, chunks())
+    return await sse(request, chunks(), ends=oai.last_chunk(params.include_usage))
 
 
 @routes.post("/v1/embeddings")

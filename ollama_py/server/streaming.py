@@ -223,11 +223,14 @@ async def stream_response(
     encode_error: Callable[[str], bytes],
     trailer: bytes = b"",
     lane: Lane | None = None,
+    ends: Callable[[Any], bool] | None = None,
 ) -> web.StreamResponse:
     """Write events as they come; the first is awaited before the headers go out. A lane is bound once they
-    are: the event source may then write chunks through it itself."""
+    are: the event source may then write chunks through it itself. `ends(event)` says an event is the last
+    one: it leaves with the trailer and the end of the body in one send, and the source's own ending (the
+    runner's place given back, its bookkeeping) runs after the client has the whole response."""
     try:
-        return await _write_stream(request, events, content_type, encode, encode_error, trailer, lane)
+        return await _write_stream(request, events, content_type, encode, encode_error, trailer, lane, ends)
     finally:
         if lane is not None:
             lane.close()
@@ -235,20 +238,27 @@ async def stream_response(
 
 async def _write_stream(request: web.Request, events: AsyncIterator[Any], content_type: str,
                         encode: Callable[[Any], bytes], encode_error: Callable[[str], bytes], trailer: bytes,
-                        lane: Lane | None) -> web.StreamResponse:
+                        lane: Lane | None, ends: Callable[[Any], bool] | None) -> web.StreamResponse:
     async with _closing(events):
         has_first, first = await _first(events)
         resp = _StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache",
                                                     "X-Accel-Buffering": "no"})
         await resp.prepare(request)
         try:
+            last = b""
             if has_first:
-                await resp.write(encode(first))
-                if lane is not None:
-                    lane.bind(request, resp)
-                await _pump(events, resp, encode)
-            if trailer:
-                await resp.write(trailer)
+                data = encode(first)
+                if ends is not None and ends(first):
+                    last = data
+                else:
+                    await resp.write(data)
+                    if lane is not None:
+                        lane.bind(request, resp)
+                    last = await _pump(events, resp, encode, ends)
+            await resp.write_eof(last + trailer)  # one send; with `last`, the client is done before the source
+            if last:
+                await _after_last(request, events)
+            return resp
         except OllamaError as e:
             log.warning("%s %s failed mid-stream: %s", request.method, request.path, e)
             await _write_error(resp, encode_error(str(e)))
@@ -267,9 +277,26 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
     return resp
 
 
-async def _relay(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes]) -> None:
+async def _relay(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes],
+                 ends: Callable[[Any], bool] | None) -> bytes:
+    """Write each event as it comes; the last one (`ends`) is handed back unwritten, to leave with the end of
+    the body (b"": the source ended without one)."""
     async for event in events:
-        await resp.write(encode(event) if not long_context(event) else await encode_long(encode, event))
+        data = encode(event) if not long_context(event) else await encode_long(encode, event)
+        if ends is not None and ends(event):
+            return data
+        await resp.write(data)
+    return b""
+
+
+async def _after_last(request: web.Request, events: AsyncIterator[Any]) -> None:
+    """The source after its last event was sent: its own ending runs; an event it still yields has no place in
+    a finished body, and an error no client to go to (both logged)."""
+    try:
+        async for event in events:
+            log.error("%s %s: an event after the last one was dropped: %.200r", request.method, request.path, event)
+    except Exception as e:  # the response is complete: nothing to tell the client
+        log.warning("%s %s failed after its last event: %s", request.method, request.path, e)
 
 
 _LONG_CONTEXT = 100_000  # ids of /api/generate's `context` encoded on the loop; more go a slice at a time
@@ -297,12 +324,13 @@ async def encode_long(encode: Callable[[Any], bytes], event: dict[str, Any]) -> 
     return before + await asyncio.to_thread(ids_json) + after
 
 
-async def _pump(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes]) -> None:
+async def _pump(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes],
+                ends: Callable[[Any], bool] | None) -> bytes:
     """Relay the rest of the stream in a task of its own. Each token resumes only the frames of that task,
     not the handler's whole await chain (aiohttp's request handling, the middlewares, the route)."""
-    task = asyncio.ensure_future(_relay(events, resp, encode))
+    task = asyncio.ensure_future(_relay(events, resp, encode, ends))
     try:
-        await asyncio.shield(task)
+        return await asyncio.shield(task)
     except asyncio.CancelledError:
         task.cancel()
         with contextlib.suppress(BaseException):
@@ -320,10 +348,10 @@ def ndjson_line(obj: Any) -> bytes:
 
 
 async def ndjson(request: web.Request, events: AsyncIterator[Mapping[str, Any]],
-                 lane: Lane | None = None) -> web.StreamResponse:
+                 lane: Lane | None = None, ends: Callable[[Any], bool] | None = None) -> web.StreamResponse:
     return await stream_response(
         request, events, content_type="application/x-ndjson", encode=ndjson_line,
-        encode_error=lambda msg: ndjson_line({"error": msg}), lane=lane,
+        encode_error=lambda msg: ndjson_line({"error": msg}), lane=lane, ends=ends,
     )
 
 
@@ -335,7 +363,7 @@ def sse_event(ev: Any) -> bytes:
 
 
 async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: bool = True,
-              lane: Lane | None = None) -> web.StreamResponse:
+              lane: Lane | None = None, ends: Callable[[Any], bool] | None = None) -> web.StreamResponse:
     """SSE events (sse_event) ending with `data: [DONE]` unless told otherwise."""
 
     def encode_error(msg: str) -> bytes:
@@ -349,7 +377,7 @@ async def sse(request: web.Request, events: AsyncIterator[Any], *, done_marker: 
 
     return await stream_response(request, events, content_type="text/event-stream", encode=sse_event,
                                  encode_error=encode_error, trailer=b"data: [DONE]\n\n" if done_marker else b"",
-                                 lane=lane)
+                                 lane=lane, ends=ends)
 
 
 NamedEvent = tuple[str, dict[str, Any]]  # an SSE event's name and data
