@@ -771,6 +771,14 @@ def native_partial(c: Completion, step: Step) -> list[dict[str, Any]]:
 
 
 def native_final(c: Completion) -> dict[str, Any]:
+    """The stop event; with `response_fields`, only those (llama-server applies them to this event alone, and
+    leaves out a field it does not have)."""
+    event = _native_final(c)
+    fields = c.body.get("response_fields")
+    return {k: event[k] for k in fields if k in event} if fields else event
+
+
+def _native_final(c: Completion) -> dict[str, Any]:
     return_tokens = bool(c.body.get("return_tokens", False))
     return {
         "index": 0, "content": "" if c.stream else c.text,

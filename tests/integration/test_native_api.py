@@ -38,6 +38,30 @@ def test_generate_streams_chunks_then_a_final_with_metrics(live_server):
     assert isinstance(final["context"], list) and all(isinstance(t, int) for t in final["context"])
 
 
+def test_what_the_runner_counted_reaches_every_protocol(live_server):
+    """The runner's stop event is asked for by field (response_fields): its counts, timings, stop reason and stop
+    word still reach the native final chunk and Anthropic's message, streamed and not."""
+    ask = {"model": live_server.model, "prompt": "Write a long story about a dragon named", "raw": True,
+           "options": {"num_predict": 6, "temperature": 0, "seed": 3}}
+    first = live_server.api("POST", "/api/generate", json={**ask, "stream": False}).json()
+    assert first["done_reason"] == "length" and first["eval_count"] == 6
+    assert first["prompt_eval_count"] > 1 and first["prompt_eval_duration"] > 0 and first["eval_duration"] > 0
+    lines = [json.loads(x) for x in live_server.api("POST", "/api/generate", json=ask, stream=True).iter_lines() if x]
+    again = lines[-1]
+    assert again["done_reason"] == "length" and again["eval_count"] == 6
+    assert again["prompt_eval_count"] < first["prompt_eval_count"]  # the cached prefix is not evaluated again
+    chat = {"model": live_server.model, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Write a long story about a dragon."}]}
+    plain = live_server.api("POST", "/v1/messages", json=chat).json()
+    assert plain["stop_reason"] == "max_tokens" and plain["stop_sequence"] is None
+    words = "".join(b.get("text", "") for b in plain["content"]).split()
+    stop = words[min(2, len(words) - 1)]
+    msg = live_server.api("POST", "/v1/messages", json={**chat, "stop_sequences": [stop]}).json()
+    assert msg["stop_reason"] == "stop_sequence" and msg["stop_sequence"] == stop
+    assert stop not in "".join(b.get("text", "") for b in msg["content"])
+    assert msg["usage"]["input_tokens"] > 0 and msg["usage"]["output_tokens"] > 0
+
+
 def test_generate_non_stream_matches_streamed_text(client, live_server):
     opts = {"num_predict": 12, "temperature": 0, "seed": 42}
     one = client.generate(model=live_server.model, prompt="Count to five:", options=opts)
