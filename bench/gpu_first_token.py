@@ -15,6 +15,8 @@ Steps, each written to the report as it ends (bench/gpu.py's Report, so a cut-of
   native and chat sides run as separate rotations: a request whose prompt differs from the runner's previous
   one pays llama-server's switch of cached prompts (~3 ms on an H200), which a mixed rotation charged to the
   gateway's sides only. serve's CPU per native request (schedstat).
+- `decode`: one 256-token stream through the gateway and from the same runner directly, alternating rounds:
+  tokens/s between the first and last token at the client.
 - `conc`: 16 clients at once on the runner's 4 slots, 64 tokens each, through the gateway and to the same runner
   directly, alternating rounds: the aggregate tokens/s ratio.
 - `other`: a second llama-server with the same argv after each gateway request, against the serve's own runner:
@@ -233,7 +235,7 @@ def one(url: str, kind: str, model: str, n: int, key: str = "") -> dict[str, Any
             f"Content-Length: {len(data)}\r\nConnection: close\r\n"
             + (f"Authorization: Bearer {key}\r\n" if key else "") + "\r\n").encode()
     t = time.perf_counter()
-    first_byte = ttft = None
+    first_byte = ttft = last_token = None
     buf = b""
     with socket.create_connection((host, int(port))) as s:
         s.sendall(head + data)
@@ -245,12 +247,14 @@ def one(url: str, kind: str, model: str, n: int, key: str = "") -> dict[str, Any
             if first_byte is None:
                 first_byte = now - t
             buf += got
-            if ttft is None and FIRST.search(buf):
-                ttft = now - t
+            if FIRST.search(buf, max(0, len(buf) - len(got) - 16)):  # text in this read (an event may straddle two)
+                last_token = now - t
+                if ttft is None:
+                    ttft = last_token
             if buf.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's end: where a keep-alive client is done
                 break
     return {"ttft": ttft, "first_byte": first_byte, "whole": time.perf_counter() - t,
-            "tokens": len(FIRST.findall(buf))}
+            "tokens": len(FIRST.findall(buf)), "last_token": last_token}
 
 
 def start_relay(runner_url: str, key: str = "") -> tuple[subprocess.Popen[bytes], str]:
@@ -280,6 +284,30 @@ def wait_for_file(path: Path, seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def step_decode(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, rounds: int,
+                n: int = 256) -> None:
+    """Decode of one stream through the gateway (native, raw) and from the same runner directly, alternating:
+    tokens/s between the first and the last token at the client (temperature 0: the same tokens both ways)."""
+    got: dict[str, list[dict[str, Any]]] = {"gateway": [], "direct": []}
+    for r in range(rounds):
+        if report.left() < 60:
+            break
+        for kind in (("gateway", "direct") if r % 2 == 0 else ("direct", "gateway")):
+            got[kind].append(one(sides[kind][0], kind, name, n, sides[kind][1]))
+
+    def rate(g: dict[str, Any]) -> float:
+        span = (g["last_token"] or 0) - (g["ttft"] or 0)
+        return (g["tokens"] - 1) / span if span > 0 and g["tokens"] > 1 else 0.0
+
+    pairs = [(rate(a), rate(b)) for a, b in zip(got["gateway"], got["direct"], strict=False) if rate(b) > 0]
+    ratio = gpu.med([a / b for a, b in pairs]) or 0
+    tokens = gpu.med([float(g["tokens"]) for g in got["gateway"]]) or 0
+    report.add(f"Decode of one stream, {n} tokens asked, native, the same runner process",
+               f"tokens/s at the client through the gateway {gpu.med([a for a, _ in pairs]) or 0:.0f}, directly "
+               f"{gpu.med([b for _, b in pairs]) or 0:.0f}: **{ratio:.3f}** of direct (median of {len(pairs)} "
+               f"paired rounds; {tokens:.0f} tokens a stream)", ratio=ratio, rounds=got)
 
 
 def step_variant(report: gpu.Report, work: Path, argv: list[str], extra: list[str], name: str, rounds: int) -> None:
@@ -399,7 +427,7 @@ def main() -> None:
     ap.add_argument("--trees", nargs="*", type=Path, default=[],
                     help="source trees to compare side by side (step_ab), e.g. a `git archive` of the commit before")
     ap.add_argument("--skip", default="",
-                    help="steps to leave out, comma-separated: conc, other, trace, fake, profile")
+                    help="steps to leave out, comma-separated: conc, decode, other, trace, fake, profile")
     ap.add_argument("--variants", nargs="*", default=[], metavar="ARGS",
                     help="llama-server arguments added to the gateway's argv, one quoted string a variant "
                          "('--poll 0', '-t 2'): each gets a direct server and the relay, alternating rounds")
@@ -479,6 +507,9 @@ def main() -> None:
 
         if "conc" not in args.skip and report.left() > 90:
             step_conc(report, sides, name, rounds=max(args.rounds // 10, 4))
+
+        if "decode" not in args.skip and report.left() > 90:
+            step_decode(report, sides, name, rounds=max(args.rounds // 8, 6))
 
         # -- what a second llama-server process on the same card costs a comparison ---------------------------------
         if report.left() > 150 and "other" not in args.skip:
