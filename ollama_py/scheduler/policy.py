@@ -85,11 +85,13 @@ def cpu_threads(cores: int, cpu_runners: int) -> int:
 
 MEMORY_RECOVERY_SECONDS = 5.0  # how long an evicted runner's memory may take to show as free once it has exited
 MEMORY_RECOVERED = 0.75  # ... and the share of it that counts as back
-# Requests a runner is given beyond its slots, to wait in llama-server's own queue. When a slot frees, llama-server
-# starts its next queued task in the same step; a request still waiting here has to be sent and read first, while
-# the other slots decode (up to a decode step with that slot idle, per queued request). Measured with the CPU
-# runner, 16 clients on 4 slots: 0.96-0.99 of a direct llama-server without it, 0.99-1.02 with one.
-RUNNER_QUEUE = 1
+def runner_queue(parallel: int) -> int:
+    """Requests a runner is given beyond its slots, to wait in llama-server's own queue: one per slot. When a slot
+    frees, llama-server starts its next queued task in the same step; a request still waiting here has to be sent
+    and read first, while the other slots decode (up to a decode step with that slot idle, per queued request),
+    and when a wave of streams ends together, every slot of it waits so. Measured with the CPU runner, 16 clients
+    on 4 slots: 0.96-0.99 of a direct llama-server with none, 0.99-1.02 with one."""
+    return parallel
 
 
 def needs_reload(current: dict[str, object], wanted: dict[str, object]) -> bool:

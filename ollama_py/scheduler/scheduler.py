@@ -98,7 +98,7 @@ class Loaded:
     plan: LoadPlan
     runner: RunnerProcess
     client: LlamaClient
-    slots: asyncio.Semaphore  # the runner's slots and its own queue (policy.RUNNER_QUEUE): requests sent to it
+    slots: asyncio.Semaphore  # the runner's slots and its own queue (policy.runner_queue): requests sent to it
     session_duration: float
     refcount: int = 0
     waiting: int = 0
@@ -120,7 +120,7 @@ class Loaded:
 
     @property
     def in_runner_queue(self) -> int:
-        """Requests sent to the runner beyond its slots (policy.RUNNER_QUEUE): queued, though no longer here."""
+        """Requests sent to the runner beyond its slots (policy.runner_queue): queued, though no longer here."""
         return max(self.dispatched - self.plan.spec.parallel, 0)
 
     def give_back(self) -> None:
@@ -388,7 +388,8 @@ class Scheduler:
         loaded = Loaded(
             name=name, model=model, plan=plan, runner=runner,
             client=LlamaClient("", read_timeout=read_timeout, api_key=runner.api_key),
-            slots=asyncio.Semaphore(plan.spec.parallel + policy.RUNNER_QUEUE),  # its slots and its own queue
+            # its slots and its own queue
+            slots=asyncio.Semaphore(plan.spec.parallel + policy.runner_queue(plan.spec.parallel)),
             session_duration=self._keep_alive_of(model) if keep_alive is None else keep_alive,
         )
         self.loaded[plan.key] = loaded

@@ -66,7 +66,7 @@ def runner_kind(loaded: Loaded) -> str:
 
 def queue_counts(loaded: Loaded) -> tuple[int, int]:
     """(queued, active) for one runner: requests waiting for it (to finish loading, or for a slot: here or in
-    its own queue, policy.RUNNER_QUEUE) and requests in its slots. While it loads, every request holding a
+    its own queue, policy.runner_queue) and requests in its slots. While it loads, every request holding a
     reference on it is waiting."""
     if loaded.state == "loading":
         return loaded.refcount, 0

@@ -28,6 +28,8 @@ class FakeModel:
     name: str
     model_path: Path
 
+QUEUE = policy.runner_queue(1)  # the places in a one-slot runner's own queue
+
 
 def make_scheduler(tmp_path: Path, fake_env: dict[str, str] | None = None, stop_grace: float | None = None,
                    free_memory=lambda plan: None, **settings_kw) -> Scheduler:
@@ -183,12 +185,12 @@ async def test_queue_overflow_answers_server_busy_and_keeps_serving(tmp_path):
             async with sched.use(a, {}, None) as loaded:
                 return await generate(loaded, 2)
 
-        # the runner's slot and its own queue (policy.RUNNER_QUEUE) taken; the one in the runner's queue is
+        # the runner's slot and its own queue (policy.runner_queue) taken; the one in the runner's queue is
         # queued all the same, as are those waiting here
-        holders = [asyncio.create_task(hold()) for _ in range(1 + policy.RUNNER_QUEUE)]
-        await wait_for(lambda: len(holding) == 1 + policy.RUNNER_QUEUE)
-        assert sched.pending == policy.RUNNER_QUEUE
-        waiters = [asyncio.create_task(quick()) for _ in range(2 - policy.RUNNER_QUEUE)]
+        holders = [asyncio.create_task(hold()) for _ in range(1 + QUEUE)]
+        await wait_for(lambda: len(holding) == 1 + QUEUE)
+        assert sched.pending == QUEUE
+        waiters = [asyncio.create_task(quick()) for _ in range(2 - QUEUE)]
         await wait_for(lambda: sched.pending == 2)
         with pytest.raises(ServerBusy) as exc:
             async with sched.use(a, {}, None):
@@ -196,7 +198,7 @@ async def test_queue_overflow_answers_server_busy_and_keeps_serving(tmp_path):
         assert exc.value.status == 503
         assert "maximum pending requests exceeded" in str(exc.value)
         release.set()
-        assert await asyncio.gather(*waiters) == ["The quick"] * (2 - policy.RUNNER_QUEUE)
+        assert await asyncio.gather(*waiters) == ["The quick"] * (2 - QUEUE)
         await asyncio.gather(*holders)
         assert await quick() == "The quick"
     finally:
@@ -464,7 +466,7 @@ async def test_a_slot_given_back_early_lets_the_queued_request_in_before_the_hol
         first_in = asyncio.Event()
         queued: list[int] = []
 
-        async def in_the_runners_queue():  # holds the place a runner has beyond its slots (policy.RUNNER_QUEUE)
+        async def in_the_runners_queue():  # holds the place a runner has beyond its slots (policy.runner_queue)
             async with sched.use(a, {}, 600.0):
                 queued.append(1)
                 await finish.wait()
@@ -488,8 +490,8 @@ async def test_a_slot_given_back_early_lets_the_queued_request_in_before_the_hol
 
         t1 = asyncio.create_task(first())
         await first_in.wait()
-        blockers = [asyncio.create_task(in_the_runners_queue()) for _ in range(policy.RUNNER_QUEUE)]
-        await wait_for(lambda: len(queued) == policy.RUNNER_QUEUE)
+        blockers = [asyncio.create_task(in_the_runners_queue()) for _ in range(QUEUE)]
+        await wait_for(lambda: len(queued) == QUEUE)
         t2 = asyncio.create_task(second())
         await wait_for(lambda: "second: The quick brown" in order)
         assert order == ["second: prompt built", "first: The quick", "second: The quick brown"] or \
@@ -498,9 +500,9 @@ async def test_a_slot_given_back_early_lets_the_queued_request_in_before_the_hol
         finish.set()
         await asyncio.gather(t1, t2, *blockers)
         loaded = next(iter(sched.loaded.values()))
-        assert loaded.requests_served == 2 + policy.RUNNER_QUEUE
+        assert loaded.requests_served == 2 + QUEUE
         # every place free, each given back once: the double release gave back nothing
-        assert loaded.slots._value == 1 + policy.RUNNER_QUEUE  # noqa: SLF001
+        assert loaded.slots._value == 1 + QUEUE  # noqa: SLF001
     finally:
         await sched.shutdown()
 
