@@ -347,7 +347,7 @@ def step_variant(report: gpu.Report, work: Path, argv: list[str], extra: list[st
 
 
 def step_conc(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, rounds: int,
-              clients: int = 16, tokens: int = 64) -> None:
+              clients: int = 16, tokens: int = 64, label: str = "") -> None:
     """`clients` requests at once (the runner has 4 slots: the rest queue), through the gateway and to the same
     runner directly, alternating rounds: aggregate tokens/s of each, and their paired ratio."""
     import concurrent.futures as cf
@@ -364,18 +364,19 @@ def step_conc(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, 
                                     [tokens] * clients, [key] * clients))
                 rates[kind].append(sum(g["tokens"] for g in got) / (time.perf_counter() - start))
     pairs = [g / d for g, d in zip(rates["gateway"], rates["direct"], strict=False) if d]
-    report.add(f"{clients} clients at once on the runner's 4 slots, {tokens} tokens each",
+    report.add(f"{clients} clients at once on the runner's 4 slots, {tokens} tokens each{label}",
                f"aggregate tokens/s through the gateway {gpu.med(rates['gateway']) or 0:.0f}, directly "
                f"{gpu.med(rates['direct']) or 0:.0f}: **{gpu.med(pairs) or 0:.3f}** of direct (median of "
                f"{len(pairs)} paired rounds, the same runner process)", rates=rates)
 
 
 def step_ab(report: gpu.Report, work: Path, env: dict[str, str], trees: list[Path], model_path: Path, name: str,
-            blocks: int, per: int) -> None:
+            blocks: int, per: int, conc: int = 0) -> None:
     """Source trees side by side on the card: each its own serve (own store, own runner), blocks of `per`
     rounds to one tree at a time (the order reversed every block, so the card's switch between the two runner
     processes falls on the tree in front alike); a round is the gateway's request, then the same runner's
-    directly. Per tree: first token through the gateway, directly, and their paired difference."""
+    directly. Per tree: first token through the gateway, directly, and their paired difference; the whole
+    request's ratio; then `conc` times for each tree in turn, 16 clients at once (step_conc)."""
     serves = []
     try:
         for i, tree in enumerate(trees):
@@ -387,7 +388,8 @@ def step_ab(report: gpu.Report, work: Path, env: dict[str, str], trees: list[Pat
                           timeout=300).raise_for_status()
             argv = common.runner_argv(child) or []
             child.runner = (f"http://127.0.0.1:{argv[argv.index('--port') + 1]}", common.runner_key(child))  # type: ignore[attr-defined]
-        res: dict[int, dict[str, list[float]]] = {i: {"gw": [], "direct": [], "added": []} for i in range(len(trees))}
+        res: dict[int, dict[str, list[float]]] = {i: {"gw": [], "direct": [], "added": [], "whole": []}
+                                                  for i in range(len(trees))}
         order = list(range(len(trees)))
         for b in range(blocks):
             if report.left() < 30:
@@ -395,17 +397,25 @@ def step_ab(report: gpu.Report, work: Path, env: dict[str, str], trees: list[Pat
             for i in (order if b % 2 == 0 else order[::-1]):
                 child = serves[i]
                 for _ in range(per):
-                    g = one(child.url, "gateway", name, 8)["ttft"] or 0
-                    d = one(child.runner[0], "direct", name, 8, child.runner[1])["ttft"] or 0  # type: ignore[attr-defined]
-                    res[i]["gw"].append(g)
-                    res[i]["direct"].append(d)
-                    res[i]["added"].append(g - d)
+                    g = one(child.url, "gateway", name, 8)
+                    d = one(child.runner[0], "direct", name, 8, child.runner[1])  # type: ignore[attr-defined]
+                    res[i]["gw"].append(g["ttft"] or 0)
+                    res[i]["direct"].append(d["ttft"] or 0)
+                    res[i]["added"].append((g["ttft"] or 0) - (d["ttft"] or 0))
+                    res[i]["whole"].append(g["whole"] / d["whole"])
         rows = [[str(tree), f"{statistics.median(r['gw']) * 1e3:.3f}", f"{statistics.median(r['direct']) * 1e3:.3f}",
-                 f"{statistics.median(r['added']) * 1e3:+.3f}", str(len(r["gw"]))]
+                 f"{statistics.median(r['added']) * 1e3:+.3f}", f"{statistics.median(r['whole']):.3f}",
+                 str(len(r["gw"]))]
                 for tree, r in zip(trees, res.values(), strict=False) if r["gw"]]
         report.add("Source trees side by side (native, 8 tokens, raw socket client)",
                    common.markdown_table(["tree", "gateway first token ms", "same runner directly ms",
-                                          "added (paired median) ms", "rounds"], rows))
+                                          "added (paired median) ms", "whole request gateway/direct", "rounds"],
+                                         rows))
+        for _ in range(conc):  # 16 clients per tree, the trees in turn
+            for tree, child in zip(trees, serves, strict=False):
+                if report.left() > 40:
+                    step_conc(report, {"gateway": (child.url, ""), "direct": child.runner}, name,  # type: ignore[attr-defined]
+                              rounds=4, label=f", {tree}")
     finally:
         for child in serves:
             child.stop()
@@ -539,7 +549,8 @@ def main() -> None:
 
         if len(args.trees) > 1 and report.left() > 60:
             serve.stop()
-            step_ab(report, work, env, args.trees, model_path, name, blocks=8, per=max(args.rounds // 8, 5))
+            step_ab(report, work, env, args.trees, model_path, name, blocks=8, per=max(args.rounds // 8, 5),
+                    conc=0 if "conc" in args.skip else 2)
 
         for extra in args.variants:
             if report.left() < 60:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -52,13 +53,14 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _runners_dir(tmp: Path) -> Path:
+def _runners_dir(tmp: Path, pin: str = "") -> Path:
+    """The fake as the only runner variant (`pin`: the CPUs it runs on, taskset's list)."""
     runners = tmp / "fake-runners"
     (runners / "cpu").mkdir(parents=True, exist_ok=True)
     script = runners / "cpu" / "llama-server"
     script.write_text("#!/bin/sh\n"
                       f"export FAKE_PROMPT_DELAY={PROMPT_DELAY} FAKE_TOKEN_DELAY={TOKEN_DELAY} FAKE_TOKENS=100000\n"
-                      f"exec {sys.executable} {FAKE} \"$@\"\n")
+                      f"exec {f'taskset -c {pin} ' if pin else ''}{sys.executable} {FAKE} \"$@\"\n")
     script.chmod(0o755)
     return runners
 
@@ -204,8 +206,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="gpu-speed-fake-") as d:
         tmp = Path(d)
+        if args.pin:  # the fake on CPU 0; serve and this client on the others
+            others = sorted(os.sched_getaffinity(0) - {0})
+            os.sched_setaffinity(0, others)
         serve = start_serve(tmp / "serve", {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_MAX_LOADED_MODELS": "3"},
-                            runners_dir=_runners_dir(tmp))
+                            runners_dir=_runners_dir(tmp, "0" if args.pin else ""))
         bench: Bench | None = None
         try:
             gguf = write_tiny_gguf(tmp / "tiny.gguf", ctx=8192, chat_template=CHATML_TEMPLATE)
@@ -226,7 +231,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             cases = await bench.round_trip(args.rounds)
             per_token = await bench.per_token_cpu(max(3, args.rounds // 5))
             conc = await bench.concurrency(args.conc_rounds)
-            return {"label": args.label, "rounds": args.rounds, "cases": cases, "conc16": conc,
+            return {"label": args.label, "rounds": args.rounds, "pinned": args.pin, "cases": cases, "conc16": conc,
                     "cpu_per_token_us": per_token, "load": [load0, load_average()],
                     "fake": {"prompt_delay_s": PROMPT_DELAY, "token_delay_s": TOKEN_DELAY}}
         finally:
@@ -241,6 +246,9 @@ def main() -> None:
     ap.add_argument("--conc-rounds", type=int, default=4)
     ap.add_argument("--label", default="now")
     ap.add_argument("--no-save", action="store_true", help="print the table only (bench/gpu_first_token.py)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the fake alone on CPU 0, serve and the client on the others: the runner's pace kept "
+                         "apart from the gateway's CPU, as a GPU's is")
     args = ap.parse_args()
     res = asyncio.run(main_async(args))
     if not args.no_save:
