@@ -17,6 +17,8 @@ Steps, each written to the report as it ends (bench/gpu.py's Report, so a cut-of
   gateway's sides only. serve's CPU per native request (schedstat).
 - `decode`: one 256-token stream through the gateway and from the same runner directly, alternating rounds:
   tokens/s between the first and last token at the client.
+- `long`: an 8-token answer after a ~10 KB conversation (an agent's system prompt and tools, a few turns),
+  through the gateway's OpenAI and native chat routes and llama-server's own chat endpoint, alternating.
 - `conc`: 16 clients at once on the runner's 4 slots, 64 tokens each, through the gateway and to the same runner
   directly, alternating rounds: the aggregate tokens/s ratio.
 - `other`: a second llama-server with the same argv after each gateway request, against the serve's own runner:
@@ -214,9 +216,11 @@ def phases(marks: list[dict[str, float]]) -> list[list[str]]:
     return rows
 
 
-def one(url: str, kind: str, model: str, n: int, key: str = "") -> dict[str, Any]:
+def one(url: str, kind: str, model: str, n: int, key: str = "",
+        messages: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """One 8-token request by a raw socket (no client library's own time in it): time to the response's first
     byte, to the first event with text, and to the end; and the same request by `requests` as bench/gpu.py."""
+    chat = messages or [{"role": "user", "content": PROMPT}]
     path, body = {
         "gateway": ("/api/generate", {"model": model, "prompt": PROMPT, "raw": True, "stream": True,
                                       "options": {"num_predict": n, "temperature": 0, "seed": 1}}),
@@ -224,10 +228,12 @@ def one(url: str, kind: str, model: str, n: int, key: str = "") -> dict[str, Any
                                     "options": {"num_predict": n, "temperature": 0, "seed": 1}}),
         "direct": ("/completion", {"prompt": PROMPT, "n_predict": n, "stream": True, "temperature": 0, "seed": 1,
                                    "cache_prompt": True}),
-        "openai": ("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": PROMPT}],
-                                            "stream": True, "max_tokens": n, "temperature": 0, "seed": 1}),
-        "direct-openai": ("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": PROMPT}],
-                                                   "stream": True, "max_tokens": n, "temperature": 0, "seed": 1}),
+        "openai": ("/v1/chat/completions", {"model": model, "messages": chat, "stream": True, "max_tokens": n,
+                                            "temperature": 0, "seed": 1}),
+        "direct-openai": ("/v1/chat/completions", {"model": model, "messages": chat, "stream": True,
+                                                   "max_tokens": n, "temperature": 0, "seed": 1}),
+        "chat": ("/api/chat", {"model": model, "messages": chat, "stream": True,
+                               "options": {"num_predict": n, "temperature": 0, "seed": 1}}),
     }[kind]
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     data = json.dumps(body).encode()
@@ -284,6 +290,53 @@ def wait_for_file(path: Path, seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def long_chat(chars: int) -> list[dict[str, str]]:
+    """An agent's kind of conversation, about `chars` characters (~4 a token): a long system prompt of rules and
+    tool descriptions, then a few turns."""
+    rule = ("- When you edit `src/app/{i}.py`, run `pytest tests/test_{i}.py -q` and read the output; "
+            "never guess at a result.\n")
+    tool = ('{{"name": "tool_{i}", "description": "Reads or writes file number {i}", "parameters": {{"type": '
+            '"object", "properties": {{"path": {{"type": "string"}}}}, "required": ["path"]}}}}\n')
+    system, i = "You are a coding agent working in a repository.\n", 0
+    while len(system) < chars:
+        system += rule.format(i=i) + tool.format(i=i)
+        i += 1
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": "List the files that the tests touch."},
+            {"role": "assistant", "content": "src/app/1.py, src/app/2.py and tests/test_1.py."},
+            {"role": "user", "content": "Now say which of them to change first, in one word."}]
+
+
+def step_long(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, rounds: int,
+              chars: int = 10_000) -> None:
+    """An 8-token answer after a long conversation (the same one each time: the runner's prompt cache holds it),
+    through the gateway's OpenAI and native chat routes and llama-server's own /v1/chat/completions, alternating:
+    what the gateway adds when the request itself is large (its template render and the body it sends)."""
+    chat = long_chat(chars)
+    kinds = ["direct-openai", "openai", "chat"]
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for kind in kinds:  # warm: the runner caches the prompt
+        one(sides[kind][0], kind, name, 8, sides[kind][1], chat)
+    for r in range(rounds):
+        if report.left() < 60:
+            break
+        for kind in (kinds if r % 2 == 0 else kinds[::-1]):
+            got[kind].append(one(sides[kind][0], kind, name, 8, sides[kind][1], chat))
+
+    def m(kind: str, key: str) -> float:
+        return (gpu.med([g[key] for g in got[kind]]) or 0) * 1e3
+
+    def paired(a: str, key: str) -> float:
+        return (gpu.med([x[key] - y[key] for x, y in zip(got[a], got["direct-openai"], strict=False)]) or 0) * 1e3
+
+    rows = [[k, f"{m(k, 'ttft'):.2f}", f"{m(k, 'whole'):.2f}",
+             "" if k == "direct-openai" else f"{paired(k, 'ttft'):+.2f}"] for k in kinds]
+    report.add(f"A long conversation ({len(json.dumps(chat)) // 1024} KiB of messages), 8-token answers",
+               common.markdown_table(["side", "first token ms", "whole ms", "added first token (paired) ms"], rows)
+               + f"\n\n{len(got['openai'])} rounds; llama-server renders and tokenizes the conversation on every "
+                 "side; the gateway renders its template too and sends the prompt as text.", rounds=got)
 
 
 def step_decode(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, rounds: int,
@@ -437,7 +490,7 @@ def main() -> None:
     ap.add_argument("--trees", nargs="*", type=Path, default=[],
                     help="source trees to compare side by side (step_ab), e.g. a `git archive` of the commit before")
     ap.add_argument("--skip", default="",
-                    help="steps to leave out, comma-separated: conc, decode, other, trace, fake, profile")
+                    help="steps to leave out, comma-separated: conc, decode, long, other, trace, fake, profile")
     ap.add_argument("--variants", nargs="*", default=[], metavar="ARGS",
                     help="llama-server arguments added to the gateway's argv, one quoted string a variant "
                          "('--poll 0', '-t 2'): each gets a direct server and the relay, alternating rounds")
@@ -520,6 +573,10 @@ def main() -> None:
 
         if "decode" not in args.skip and report.left() > 90:
             step_decode(report, sides, name, rounds=max(args.rounds // 8, 6))
+
+        if "long" not in args.skip and report.left() > 90:
+            sides["chat"] = (serve.url, "")
+            step_long(report, sides, name, rounds=max(args.rounds // 4, 10))
 
         # -- what a second llama-server process on the same card costs a comparison ---------------------------------
         if report.left() > 150 and "other" not in args.skip:
