@@ -1,6 +1,7 @@
 """Two (or more) source trees of the gateway compared at GPU speed on the fake runner, interleaved (issue 38).
 
-    .venv/bin/python bench/gpu_speed_ab.py BEFORE_TREE AFTER_TREE [--blocks 12] [--per 40] [--route native|chat]
+    .venv/bin/python bench/gpu_speed_ab.py BEFORE_TREE AFTER_TREE [--blocks 12] [--per 40]
+        [--route native|chat|generate]
 
 Each tree (a checkout or `git archive` of a commit, with this repository's .venv) runs its own `ollama-py serve`
 over the fake llama-server at bench/gpu_speed_fake.py's pace (first token after 2 ms, then 1 token/ms), all at
@@ -55,8 +56,9 @@ async def compare(serves: dict[str, Child], blocks: int, per: int, route: str) -
             if route == "chat":
                 return timed(s, child.url + "/v1/chat/completions",
                              {"model": "fake-gguf", "messages": MESSAGES, "stream": True, "max_tokens": 8})
-            return timed(s, child.url + "/api/generate", {"model": "fake-gguf", "prompt": "hi", "raw": True,
-                                                          "stream": True, "options": {"num_predict": 8}})
+            return timed(s, child.url + "/api/generate", {"model": "fake-gguf", "prompt": "hi",
+                                                          "raw": route == "native", "stream": True,
+                                                          "options": {"num_predict": 8}})
 
         for child in serves.values():  # warm-up: the runner, the template's first renders, the plan
             for _ in range(30):
@@ -79,7 +81,8 @@ def main() -> None:
     ap.add_argument("trees", nargs="+", type=Path)
     ap.add_argument("--blocks", type=int, default=12)
     ap.add_argument("--per", type=int, default=40)
-    ap.add_argument("--route", choices=("native", "chat"), default="native")
+    ap.add_argument("--route", choices=("native", "chat", "generate"), default="native",
+                    help="native: raw /api/generate; generate: /api/generate through the template, with context")
     args = ap.parse_args()
     from tests.fakes.fake_llama_server import CHATML_TEMPLATE
     from tests.fakes.gguf_files import write_tiny_gguf

@@ -235,9 +235,18 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
             load_ns = int(min(loaded.runner.load_duration, time.perf_counter() - t_wait) * 1e9)
         out, split = prepared[0]
         lane = req.lane if split is None and req.logprobs is None and not req.progress else None
-        async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
-            yield delta
-        final = await _final(req, loaded, out, load_ns)
+        ids_ahead = req.want_context  # once the first token is out (a prompt of ids needs none)
+        try:
+            async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
+                yield delta
+                if ids_ahead:
+                    ids_ahead = False
+                    if not _all_ids(out.prompt):
+                        out.prompt_ids = _PromptIds.start(loaded, req, out.prompt)
+            final = await _final(req, loaded, out, load_ns)
+        finally:
+            if out.prompt_ids is not None:
+                out.prompt_ids.drop()  # a completion that failed, or a client gone
         stats.finished(final)
         yield final
 
@@ -253,6 +262,40 @@ class _Collected:
     tool_calls: list[ToolCall] = field(default_factory=list)
     last_event: dict[str, Any] = field(default_factory=dict)  # the runner's stop event: timings, counts, reason
     fitted: Fitted | None = None
+    prompt_ids: _PromptIds | None = None  # /api/generate's context: the prompt's token ids, asked for beside the decode
+
+
+def _all_ids(prompt: str | list[Any] | dict[str, Any]) -> bool:
+    """A prompt of token ids alone (a context, or a prompt cut to fit): its ids need no /tokenize."""
+    return isinstance(prompt, list) and not any(isinstance(p, str) for p in prompt)
+
+
+@dataclass(slots=True)
+class _PromptIds:
+    """The token ids of a text prompt for /api/generate's `context`, asked of the runner's /tokenize once the
+    first token is out, so the answer is in by the time the decode ends (it was one more round trip after it)."""
+
+    prompt: str | list[Any] | dict[str, Any]  # the prompt they are for (a prompt cut to fit is another one)
+    task: asyncio.Future[list[int]]
+
+    @classmethod
+    def start(cls, loaded: Loaded, req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> _PromptIds:
+        coro = loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
+        return cls(prompt, asyncio.ensure_future(coro))
+
+    async def ids_for(self, loaded: Loaded, req: CompletionRequest,
+                      prompt: str | list[Any] | dict[str, Any]) -> list[int]:
+        if self.prompt is prompt:
+            return await self.task
+        self.drop()
+        return await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
+
+    def drop(self) -> None:
+        """Not wanted after all: stopped, or its error (nobody's now) taken so that it is not logged as lost."""
+        if not self.task.done():
+            self.task.cancel()
+        elif not self.task.cancelled():
+            self.task.exception()
 
 
 class _Split:
@@ -420,10 +463,12 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
     timings = last.get("timings", {})
     prompt = out.prompt
     context = None
-    if req.want_context and isinstance(prompt, list) and not any(isinstance(p, str) for p in prompt):
+    if req.want_context and _all_ids(prompt):
         context = [*prompt, *out.tokens]  # a prompt cut to fit, as token ids
     elif req.want_context:
-        prompt_tokens = await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
+        ids = out.prompt_ids or _PromptIds.start(loaded, req, prompt)
+        out.prompt_ids = None  # taken
+        prompt_tokens = await ids.ids_for(loaded, req, prompt)
         if len(req.context or ()) + len(prompt_tokens) > 100_000:  # millions of ids: copied a slice at a time
             context = await asyncio.to_thread(_concat, req.context or [], prompt_tokens, out.tokens)
             current_stats().hold(context)

@@ -249,6 +249,32 @@ async def test_a_streamed_generate_gives_the_same_context_as_a_whole_one(fake_ap
     assert lines[-1]["context"] == whole["context"] and len(whole["context"]) > 30
 
 
+async def test_the_prompts_ids_for_context_are_asked_for_while_the_answer_streams(fake_app, aiohttp_client,
+                                                                                    tmp_path):
+    """A non-raw /api/generate's `context` needs the prompt's token ids: the runner's /tokenize is asked once the
+    first token is out, beside the decode, not after the last one; the context is the same as before."""
+    log = tmp_path / "bodies.jsonl"
+    _, app = fake_app(fake_env={"FAKE_TOKEN_DELAY": "0.05", "FAKE_TOKENS": "12", "FAKE_LOG_FILE": str(log)})
+    client = await aiohttp_client(app)
+    body = {"model": "tiny", "prompt": "tell me about ids", "options": {"num_predict": 12}}
+
+    def tokenize_calls() -> int:
+        return sum(1 for line in log.read_text().splitlines() if '"add_special"' in line and "n_predict" not in line)
+
+    resp = await client.post("/api/generate", json=body)
+    lines, asked_mid_stream = [], None
+    async for raw in resp.content:
+        lines.append(json.loads(raw))
+        if len(lines) == 4:  # three tokens later (50 ms each): the stream is far from its end
+            asked_mid_stream = tokenize_calls()
+    assert asked_mid_stream == 1 and not lines[3]["done"] and lines[-1]["done"]
+    assert tokenize_calls() == 1  # asked once, used at the end
+    final = lines[-1]  # the first request: the runner evaluated the whole prompt, the context holds all of it
+    assert len(final["context"]) == final["prompt_eval_count"] + final["eval_count"] and final["eval_count"] == 12
+    whole = await (await client.post("/api/generate", json={**body, "stream": False})).json()
+    assert whole["context"] == final["context"]
+
+
 @pytest.mark.parametrize("path", ["/api/generate", "/api/chat"])
 async def test_a_streamed_reply_with_quotes_newlines_and_unicode_is_the_whole_reply(path, fake_app, aiohttp_client):
     """Tokens with nothing to escape are spliced into chunks as llama-server's bytes, the others re-encoded: the
