@@ -339,6 +339,12 @@ async def test_a_deleted_models_series_go_with_it(gateway: Any) -> None:
     assert got.value("ollama_requests_total", endpoint="/api/delete", model="", status="200") == 1
     await generate(client, "other")
     assert (await scrape(client)).value("ollama_requests_total", endpoint="/api/generate", status="200") == 2
+    # the name again (a copy of another model): its series start anew, and count
+    assert (await client.post("/api/copy", json={"source": "other", "destination": "tiny"})).status == 200
+    await generate(client)
+    again = await scrape(client)
+    assert again.value("ollama_requests_total", **GEN, status="200") == 1
+    assert again.value("ollama_generated_tokens_total", model=MODEL) > 0
 
 
 async def test_the_exposition_is_written_off_the_event_loop(gateway: Any) -> None:
