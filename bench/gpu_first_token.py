@@ -15,6 +15,8 @@ Steps, each written to the report as it ends (bench/gpu.py's Report, so a cut-of
   native and chat sides run as separate rotations: a request whose prompt differs from the runner's previous
   one pays llama-server's switch of cached prompts (~3 ms on an H200), which a mixed rotation charged to the
   gateway's sides only. serve's CPU per native request (schedstat).
+- `keepalive`: the native and OpenAI rotations with the gateway's client connection kept between requests, as
+  the official clients keep theirs (llama-server's sides: a new connection a request, its best case).
 - `decode`: one 256-token stream through the gateway and from the same runner directly, alternating rounds:
   tokens/s between the first and last token at the client.
 - `long`: an 8-token answer after a ~10 KB conversation (an agent's system prompt and tools, a few turns),
@@ -42,6 +44,7 @@ import json
 import os
 import pstats
 import re
+import select
 import socket
 import statistics
 import subprocess
@@ -216,10 +219,26 @@ def phases(marks: list[dict[str, float]]) -> list[list[str]]:
     return rows
 
 
+class KeepAlive:
+    """A client's connections kept between requests, as the official clients keep theirs (httpx pools): one
+    socket per server, used again unless the response said `Connection: close` or the server has closed it
+    since (llama-server does after a stream, without saying so), in which case the next request connects anew,
+    in its own time."""
+
+    def __init__(self) -> None:
+        self.socks: dict[tuple[str, int], socket.socket] = {}
+
+    def close(self) -> None:
+        for sock in self.socks.values():
+            sock.close()
+        self.socks.clear()
+
+
 def one(url: str, kind: str, model: str, n: int, key: str = "",
-        messages: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        messages: list[dict[str, str]] | None = None, keep: KeepAlive | None = None) -> dict[str, Any]:
     """One 8-token request by a raw socket (no client library's own time in it): time to the response's first
-    byte, to the first event with text, and to the end; and the same request by `requests` as bench/gpu.py."""
+    byte, to the first event with text, and to the end. A new connection each time (`Connection: close`), or
+    `keep`'s."""
     chat = messages or [{"role": "user", "content": PROMPT}]
     path, body = {
         "gateway": ("/api/generate", {"model": model, "prompt": PROMPT, "raw": True, "stream": True,
@@ -238,12 +257,21 @@ def one(url: str, kind: str, model: str, n: int, key: str = "",
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     data = json.dumps(body).encode()
     head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: {'keep-alive' if keep else 'close'}\r\n"
             + (f"Authorization: Bearer {key}\r\n" if key else "") + "\r\n").encode()
     t = time.perf_counter()
     first_byte = ttft = last_token = None
     buf = b""
-    with socket.create_connection((host, int(port))) as s:
+    where = (host, int(port))
+    s = keep.socks.pop(where, None) if keep is not None else None
+    if s is not None and select.select([s], [], [], 0)[0] and not s.recv(1, socket.MSG_PEEK):
+        s.close()  # closed by the server after its last response (llama-server after a stream): as httpx does,
+        s = None   # a new connection, in this request's time
+    if s is None:
+        s = socket.create_connection(where)
+        if keep is not None:  # as httpx sets it: on a connection used again, Nagle would hold a request back
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with s:
         s.sendall(head + data)
         while True:
             got = s.recv(1 << 16)
@@ -259,7 +287,11 @@ def one(url: str, kind: str, model: str, n: int, key: str = "",
                     ttft = last_token
             if buf.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's end: where a keep-alive client is done
                 break
-    return {"ttft": ttft, "first_byte": first_byte, "whole": time.perf_counter() - t,
+        whole = time.perf_counter() - t
+        head_end = buf.find(b"\r\n\r\n")
+        if keep is not None and b"connection: close" not in buf[:head_end].lower() and buf.endswith(b"0\r\n\r\n"):
+            keep.socks[where] = socket.socket(fileno=os.dup(s.fileno()))  # kept for the next request
+    return {"ttft": ttft, "first_byte": first_byte, "whole": whole,
             "tokens": len(FIRST.findall(buf)), "last_token": last_token}
 
 
@@ -290,6 +322,46 @@ def wait_for_file(path: Path, seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def step_keepalive(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, rounds: int) -> None:
+    """The native and OpenAI rotations again, the gateway's sides on a connection kept between requests, as the
+    official clients (ollama-python, openai, anthropic: httpx pools) keep theirs. llama-server's sides keep a new
+    connection a request: its best case here (on a connection used again its events come late: its sockets
+    leave Nagle on, and a used connection's receiver delays its ACKs)."""
+    keep = KeepAlive()
+    kept = {"gateway", "openai"}
+    families = (["direct", "gateway"], ["openai", "direct-openai"])
+    got: dict[str, list[dict[str, Any]]] = {k: [] for fam in families for k in fam}
+    try:
+        for fam in families:
+            for kind in fam:
+                for _ in range(3):
+                    one(sides[kind][0], kind, name, 8, sides[kind][1], keep=keep if kind in kept else None)
+            for r in range(rounds):
+                if report.left() < 60:
+                    break
+                for kind in (fam if r % 2 == 0 else fam[::-1]):
+                    got[kind].append(one(sides[kind][0], kind, name, 8, sides[kind][1],
+                                         keep=keep if kind in kept else None))
+    finally:
+        keep.close()
+
+    def paired(a: str, b: str, key: str = "ttft") -> float:
+        return (gpu.med([x[key] - y[key] for x, y in zip(got[a], got[b], strict=False)
+                         if x[key] is not None and y[key] is not None]) or 0) * 1e3
+
+    def m(kind: str, key: str) -> float:
+        return (gpu.med([g[key] for g in got[kind] if g[key] is not None]) or 0) * 1e3
+
+    rows = [[k, f"{m(k, 'ttft'):.2f}", f"{m(k, 'whole'):.2f}"] for k in got]
+    whole = m("gateway", "whole") / max(m("direct", "whole"), 1e-9)
+    report.add("The gateway's client connection kept between requests (as the official clients keep theirs)",
+               common.markdown_table(["side", "first token ms", "whole ms"], rows)
+               + f"\n\nPaired ({len(got['gateway'])} rounds): gateway - direct "
+                 f"**{paired('gateway', 'direct'):+.2f} ms** first token, whole {whole:.3f}x; openai - "
+                 f"direct-openai {paired('openai', 'direct-openai'):+.2f} ms. llama-server's sides: a new "
+                 "connection a request, as in the rotations above.", rounds=got)
 
 
 def long_chat(chars: int) -> list[dict[str, str]]:
@@ -490,7 +562,8 @@ def main() -> None:
     ap.add_argument("--trees", nargs="*", type=Path, default=[],
                     help="source trees to compare side by side (step_ab), e.g. a `git archive` of the commit before")
     ap.add_argument("--skip", default="",
-                    help="steps to leave out, comma-separated: conc, decode, long, other, trace, fake, profile")
+                    help="steps to leave out, comma-separated: keepalive, conc, decode, long, other, trace, fake, "
+                         "profile")
     ap.add_argument("--variants", nargs="*", default=[], metavar="ARGS",
                     help="llama-server arguments added to the gateway's argv, one quoted string a variant "
                          "('--poll 0', '-t 2'): each gets a direct server and the relay, alternating rounds")
@@ -570,6 +643,9 @@ def main() -> None:
 
         if "conc" not in args.skip and report.left() > 90:
             step_conc(report, sides, name, rounds=max(args.rounds // 10, 4))
+
+        if "keepalive" not in args.skip and report.left() > 90:
+            step_keepalive(report, sides, name, rounds=args.rounds)
 
         if "decode" not in args.skip and report.left() > 90:
             step_decode(report, sides, name, rounds=max(args.rounds // 8, 6))
