@@ -243,9 +243,12 @@ def read_gguf_info(path: Path) -> GGUFInfo:
 def check_bounds(info: GGUFInfo) -> None:
     """Refuse key/values that would make us build something huge from a small file (see the module doc)."""
     for key, value in info.kv.items():
-        if (key.endswith("block_count") and isinstance(value, int) and not isinstance(value, bool)
-                and not 0 <= value <= _MAX_BLOCKS):
-            raise _invalid(f"{key} is {value} (at most {_MAX_BLOCKS})")
+        if not key.endswith("block_count"):
+            continue
+        # an array where a count belongs is read as its largest item (per-layer values elsewhere): bounded alike
+        for count in (value if isinstance(value, list) else [value]):
+            if isinstance(count, int) and not isinstance(count, bool) and not 0 <= count <= _MAX_BLOCKS:
+                raise _invalid(f"{key} is {count} (at most {_MAX_BLOCKS})")
     count = info.kv.get("split.count")
     if isinstance(count, int) and not isinstance(count, bool) and not 0 <= count <= _MAX_SPLITS:
         raise _invalid(f"split.count is {count} (at most {_MAX_SPLITS})")

@@ -32,6 +32,10 @@ ARCH = ("general.architecture", T_STRING, gguf_string("llama"))
 HOSTILE = {
     "2e7 blocks": raw_gguf([ARCH, ("llama.block_count", T_UINT32, u32(20_000_000))]),
     "4e9 blocks": raw_gguf([ARCH, ("llama.block_count", T_UINT64, u64(4_000_000_000))]),
+    # a count given as an array (found by test_gguf_fuzz: its largest item was taken as the layer count, and the
+    # estimate built per-layer tuples of 4e9 items, 24 GB, until the kernel killed the process)
+    "4e9 blocks in an array": raw_gguf([ARCH, ("llama.block_count", T_ARRAY,
+                                               u32(T_UINT32) + u64(3) + u32(4) + u32(4_294_967_295) + u32(0))]),
     "2e7 key/values": raw_gguf([ARCH], n_kv=20_000_000),
     "2e7 tensors": raw_gguf([ARCH], n_tensors=20_000_000),
     "2e7 nested arrays": raw_gguf([ARCH, ("a", T_ARRAY, u32(T_ARRAY) + u64(20_000_000))]),
@@ -66,7 +70,8 @@ def test_nesting_a_few_levels_still_reads(tmp_path: Path) -> None:
     assert read_gguf_info(path).kv["a"] == [[[]]]
 
 
-@pytest.mark.parametrize("data", [HOSTILE["2e7 blocks"], HOSTILE["5000-deep array"]], ids=["blocks", "deep"])
+@pytest.mark.parametrize("data", [HOSTILE["2e7 blocks"], HOSTILE["5000-deep array"], HOSTILE["4e9 blocks in an array"]],
+                         ids=["blocks", "deep", "blocks-array"])
 async def test_create_refuses_a_hostile_header_with_a_400(fake_app, aiohttp_client, tmp_path: Path,
                                                           data: bytes) -> None:
     _, app = fake_app()

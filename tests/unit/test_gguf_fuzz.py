@@ -5,16 +5,19 @@ does. What is read never holds more items than the file has bytes (no amplificat
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ollama_py.errors import BadRequest
 from ollama_py.estimate import memory
 from ollama_py.store.gguf_meta import read_gguf_info
-from tests.fakes.gguf_files import gguf_string, nested_array, u32, u64
+from tests.fakes.gguf_files import T_ARRAY, T_UINT32, gguf_string, nested_array, raw_gguf, u32, u64
 
 SIZE_CAP = 64 * 1024
 COUNTS = [0, 1, 2, 3, 7, 8, 255, 4096, 4097, 1 << 16, 20_000_000, 4_000_000_000, (1 << 32) - 1, 1 << 63,
@@ -60,14 +63,35 @@ def header(draw: st.DrawFn) -> bytes:
     junk = draw(st.binary(max_size=64))
     return (b"GGUF" + u32(version) + u64(n_tensors) + u64(n_kv) + b"".join(kvs) + b"".join(rows) + junk)[:SIZE_CAP]
 
+@contextlib.contextmanager
+def memory_cap(extra: int = 1 << 30) -> Iterator[None]:
+    """At most `extra` more bytes of data for this process meanwhile: an example that would amplify a small header
+    into gigabytes fails here with a MemoryError, named and shrunk by hypothesis, instead of the kernel killing the
+    whole test run (a block count given as an array once asked for 24 GB)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    status = Path("/proc/self/status").read_text()
+    used = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmData:"))
+    cap = used + extra if hard == resource.RLIM_INFINITY else min(used + extra, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def items(value: object) -> int:
     return 1 + sum(items(v) for v in value) if isinstance(value, list) else 1
 
 
+# what the fuzz found once: llama.block_count as an array of u32, one of them 2^32 - 1
+BLOCKS_IN_AN_ARRAY = raw_gguf([("llama.block_count", T_ARRAY, u32(T_UINT32) + u64(2) + u32(4) + u32((1 << 32) - 1))])
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=header())
+@example(data=BLOCKS_IN_AN_ARRAY)
 def test_any_header_reads_or_is_a_bad_request(data: bytes) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, memory_cap():
         path = Path(tmp) / "fuzz.gguf"
         path.write_bytes(data)
         try:
