@@ -85,12 +85,15 @@ def cpu_threads(cores: int, cpu_runners: int) -> int:
 
 MEMORY_RECOVERY_SECONDS = 5.0  # how long an evicted runner's memory may take to show as free once it has exited
 MEMORY_RECOVERED = 0.75  # ... and the share of it that counts as back
+
+
 def runner_queue(parallel: int) -> int:
     """Requests a runner is given beyond its slots, to wait in llama-server's own queue: one per slot. When a slot
     frees, llama-server starts its next queued task in the same step; a request still waiting here has to be sent
     and read first, while the other slots decode (up to a decode step with that slot idle, per queued request),
-    and when a wave of streams ends together, every slot of it waits so. Measured with the CPU runner, 16 clients
-    on 4 slots: 0.96-0.99 of a direct llama-server with none, 0.99-1.02 with one."""
+    and when a wave of streams ends together, every slot of it waits so. 16 clients on 4 slots, against the same
+    runner reached directly: the CPU runner 0.96-0.99 with none, 0.99-1.02 with one; the fake at GPU pace
+    0.942-0.945 with one, 0.952 with one a slot; an H200 0.984-1.003 either way (bench/results/overhead.md)."""
     return parallel
 
 
