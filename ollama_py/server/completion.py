@@ -288,7 +288,7 @@ class _PromptIds:
         if self.prompt is prompt:
             return await self.task
         self.drop()
-        return await loaded.client.tokenize(prompt_text(prompt), add_special=not req.context)
+        return await _PromptIds.start(loaded, req, prompt).task
 
     def drop(self) -> None:
         """Not wanted after all: stopped, or its error (nobody's now) taken so that it is not logged as lost."""
