@@ -5,6 +5,9 @@ the same fake runner process called directly (issue 38).
 
 A CPU llama-server's 10-20 ms first token hides the gateway's few milliseconds; a fake that answers its first
 token after FAKE_PROMPT_DELAY (2 ms) and then one token per FAKE_TOKEN_DELAY (1 ms, ~1,000 tokens/s) does not.
+The fake keeps that pace on a steady clock (FAKE_CLOCK=steady, `--clock`): a GPU's decode steps come at the
+card's pace whatever the host's CPUs are doing, while a fake that sleeps a token's delay after each write runs at
+~810 tokens/s here and slower still while the gateway beside it takes a core's share of these two.
 A real `ollama-py serve` (its own temp store, OLLAMA_NUM_PARALLEL=4) runs the fake as its only runner variant,
 with two models on the same tiny GGUF (its chat template is the fake's ChatML): `fake-gguf` without an Ollama
 TEMPLATE (the GGUF's Jinja template renders the chat) and `fake-tmpl` with one. The direct side calls the very
@@ -53,13 +56,14 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _runners_dir(tmp: Path, pin: str = "") -> Path:
-    """The fake as the only runner variant (`pin`: the CPUs it runs on, taskset's list)."""
+def _runners_dir(tmp: Path, pin: str = "", clock: str = "steady") -> Path:
+    """The fake as the only runner variant (`pin`: the CPUs it runs on, taskset's list; `clock`: FAKE_CLOCK)."""
     runners = tmp / "fake-runners"
     (runners / "cpu").mkdir(parents=True, exist_ok=True)
     script = runners / "cpu" / "llama-server"
     script.write_text("#!/bin/sh\n"
-                      f"export FAKE_PROMPT_DELAY={PROMPT_DELAY} FAKE_TOKEN_DELAY={TOKEN_DELAY} FAKE_TOKENS=100000\n"
+                      f"export FAKE_PROMPT_DELAY={PROMPT_DELAY} FAKE_TOKEN_DELAY={TOKEN_DELAY} FAKE_TOKENS=100000 "
+                      f"FAKE_CLOCK={clock}\n"
                       f"exec {f'taskset -c {pin} ' if pin else ''}{sys.executable} {FAKE} \"$@\"\n")
     script.chmod(0o755)
     return runners
@@ -210,7 +214,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             others = sorted(os.sched_getaffinity(0) - {0})
             os.sched_setaffinity(0, others)
         serve = start_serve(tmp / "serve", {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_MAX_LOADED_MODELS": "3"},
-                            runners_dir=_runners_dir(tmp, "0" if args.pin else ""))
+                            runners_dir=_runners_dir(tmp, "0" if args.pin else "", args.clock))
         bench: Bench | None = None
         try:
             gguf = write_tiny_gguf(tmp / "tiny.gguf", ctx=8192, chat_template=CHATML_TEMPLATE)
@@ -231,7 +235,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             cases = await bench.round_trip(args.rounds)
             per_token = await bench.per_token_cpu(max(3, args.rounds // 5))
             conc = await bench.concurrency(args.conc_rounds)
-            return {"label": args.label, "rounds": args.rounds, "pinned": args.pin, "cases": cases, "conc16": conc,
+            return {"label": args.label, "rounds": args.rounds, "pinned": args.pin, "clock": args.clock,
+                    "cases": cases, "conc16": conc,
                     "cpu_per_token_us": per_token, "load": [load0, load_average()],
                     "fake": {"prompt_delay_s": PROMPT_DELAY, "token_delay_s": TOKEN_DELAY}}
         finally:
@@ -249,6 +254,10 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true",
                     help="the fake alone on CPU 0, serve and the client on the others: the runner's pace kept "
                          "apart from the gateway's CPU, as a GPU's is")
+    ap.add_argument("--clock", choices=("steady", "relative"), default="steady",
+                    help="the fake's decode clock: steady (a token every FAKE_TOKEN_DELAY on a fixed clock, as a "
+                         "GPU's decode steps come whatever the host is doing) or relative (each token that delay "
+                         "after the previous one was written: every late wake-up on a busy CPU slows the runner)")
     args = ap.parse_args()
     res = asyncio.run(main_async(args))
     if not args.no_save:

@@ -17,6 +17,8 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_IGNORE_SIGTERM=1      ignore SIGTERM (otherwise SIGTERM/SIGINT exit 0 at once)
   FAKE_TOKEN_DELAY=F         seconds before each generated token (default 0)
   FAKE_PROMPT_DELAY=F        seconds before the first generated token instead (prompt processing; default: as above)
+  FAKE_CLOCK=steady          those delays on a fixed clock from the completion's start (a GPU's decode steps), not
+                             counted from each token's write: a late wake-up is not added to every token after it
   FAKE_TOKENS=N              words the "model" says before its EOS token (default 8)
   FAKE_REPLY=TEXT            say TEXT (split like the tokenizer) instead of the default sentence
   FAKE_REPLY_SPLIT=SEP       split FAKE_REPLY at each SEP instead (SEP dropped): one token per part, so a test can
@@ -231,6 +233,7 @@ class Behaviour:
     load_steps: int = 4
     warmup_seconds: float = 0.0
     allocate_mib: int = 0
+    steady: bool = False  # tokens on a fixed clock (a GPU's decode step), not one token_delay after the last write
 
     @classmethod
     def from_env(cls) -> Behaviour:
@@ -247,6 +250,7 @@ class Behaviour:
             compute_mib=_env_float("FAKE_COMPUTE_MIB", 52.0), device=os.environ.get("FAKE_DEVICE", "") or "CPU",
             embedding_dim=_env_int("FAKE_EMBEDDING_DIM", 16), load_steps=_env_int("FAKE_LOAD_STEPS", 4),
             warmup_seconds=_env_float("FAKE_WARMUP_SECONDS", 0.0), allocate_mib=_env_int("FAKE_ALLOCATE_MIB", 0),
+            steady=os.environ.get("FAKE_CLOCK", "") == "steady",
         )
 
 
@@ -656,6 +660,7 @@ class Completion:
         b = self.server.behaviour
         self.t_start = self.t_prompt = time.monotonic()
         ignore_eos = bool(self.body.get("ignore_eos", False))
+        due = self.t_start
         while self.stop_type == "none":
             if self.n_predict >= 0 and self.n_decoded >= self.n_predict:
                 self.stop_type = "limit"
@@ -666,6 +671,12 @@ class Completion:
                     break
                 self._shift()
             delay = b.prompt_delay if self.n_decoded == 0 and b.prompt_delay is not None else b.token_delay
+            if b.steady:
+                # The next step is due one delay after the last was due; a writer or a wake-up that ran late does
+                # not push the clock back, and a stall longer than a step is not made up in a burst.
+                now = time.monotonic()
+                due = max(due + delay, now)
+                delay = due - now
             if await self._wait(request, delay):
                 self.aborted = True
                 return
