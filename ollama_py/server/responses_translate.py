@@ -3,13 +3,15 @@
 A request becomes native chat messages, options, tools, format and think. Tools as Ollama takes them: a
 `namespace` declaration expands to its member functions named `<namespace>.<member>` (and a call of one goes back
 to the client as a function_call with that `namespace` and the member's `name`, the form Codex looks tools up
-by); other named tools become functions. The built-in `web_search` is run by Ollama on ollama.com: ollama-py
+by); a `custom` (freeform) tool becomes a function of one string, `input`, whose description carries the tool's
+grammar, and a call of it goes back as a custom_tool_call with that text as its `input` (Codex's apply_patch is
+one); other named tools become functions. The built-in `web_search` is run by Ollama on ollama.com: ollama-py
 makes no connection its operator did not choose, so it is accepted, echoed, and not offered to the model.
 Fields that change nothing here are accepted and ignored (store, include, prompt_cache_key, client_metadata,
 parallel_tool_calls, service_tier, ...). The answer (a Final, or Deltas then a
 Final) becomes a `response` object, or the stream of named events the `openai` client's `responses.stream()`
-reads: response.created, response.in_progress, output items (reasoning, message, function_call) with their
-deltas and `done` events, and response.completed carrying the whole response.
+reads: response.created, response.in_progress, output items (reasoning, message, function_call,
+custom_tool_call) with their deltas and `done` events, and response.completed carrying the whole response.
 """
 
 from __future__ import annotations
@@ -37,6 +39,48 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Offered:
+    """How the functions offered to the model map back to the client's tools: namespace members by their
+    qualified name ("ns.member" -> (ns, member)), and the custom tools' names (as offered: qualified in a namespace).
+    """
+
+    namespaces: dict[str, tuple[str, str]] = field_(default_factory=dict)
+    custom: frozenset[str] = frozenset()
+
+    def item(self, item_id: str, call: dict[str, Any]) -> dict[str, Any]:
+        """The output item for one call (OpenAI's form, arguments a JSON string): a function_call, or a
+        custom_tool_call carrying the text the model wrote."""
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        if name in self.custom:
+            item: dict[str, Any] = {"id": item_id.replace("fc_", "ctc_", 1), "type": "custom_tool_call",
+                                    "status": "completed", "call_id": call["id"], "name": name,
+                                    "input": _custom_input(arguments)}
+        else:
+            item = {"id": item_id, "type": "function_call", "status": "completed", "call_id": call["id"],
+                    "name": name, "arguments": arguments}
+        if name in self.namespaces:  # a namespace member: the client looks it up by (namespace, name)
+            item["namespace"], item["name"] = self.namespaces[name]
+        return item
+
+
+def _custom_input(arguments: str) -> str:
+    """A custom tool's text from the function call the model made: its `input`; a model that named the one
+    string otherwise still means it; anything else goes as the JSON it wrote."""
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return arguments
+    if isinstance(args, dict):
+        if isinstance(args.get("input"), str):
+            return args["input"]
+        if not args:
+            return ""
+        if len(args) == 1 and isinstance(next(iter(args.values())), str):
+            return next(iter(args.values()))
+    return arguments
+
+
+@dataclass(frozen=True, slots=True)
 class ResponsesParams:
     messages: list[Message]
     options: dict[str, Any]
@@ -45,7 +89,7 @@ class ResponsesParams:
     think: bool | str | None
     stream: bool
     echo: dict[str, Any]  # the request's settings, repeated in every response object
-    namespaces: dict[str, tuple[str, str]] = field_(default_factory=dict)  # "ns.member" -> (ns, member)
+    offered: Offered = field_(default_factory=Offered)
 
 
 # -- requests -----------------------------------------------------------------------------------------------
@@ -78,7 +122,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         fmt = text_format["schema"]
 
     raw_tools = body.get("tools") or []
-    tools, namespaces = _tools(raw_tools)
+    tools, offered = _tools(raw_tools)
     if body.get("tool_choice") == "none":
         tools = None
     echo = {
@@ -95,7 +139,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         "prompt_cache_key": field(body, "prompt_cache_key", str),
     }
     return ResponsesParams(messages=messages, options=options, format=fmt, tools=tools, think=think,
-                           stream=field(body, "stream", bool, False), echo=echo, namespaces=namespaces)
+                           stream=field(body, "stream", bool, False), echo=echo, offered=offered)
 
 
 def _input_messages(raw: Any) -> list[Message]:
@@ -133,7 +177,15 @@ def _input_messages(raw: Any) -> list[Message]:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
             if pending_thinking:
                 out[-1]["thinking"], pending_thinking = pending_thinking, ""
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            call = _custom_call(item, i)
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            if pending_thinking:
+                out[-1]["thinking"], pending_thinking = pending_thinking, ""
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             output = item.get("output", "")
             text, images = (output, []) if isinstance(output, str) else _content(output, f"input[{i}].output")
@@ -199,6 +251,20 @@ def _function_call(item: dict[str, Any], i: int) -> ToolCall:
     return call
 
 
+def _custom_call(item: dict[str, Any], i: int) -> ToolCall:
+    """A custom tool's call in the history: the function call of one string the model was offered for it."""
+    name, text = item.get("name"), item.get("input", "")
+    if not isinstance(name, str) or not name or not isinstance(text, str):
+        raise BadRequest(f"input[{i}]: a custom_tool_call needs a name and its input (a string)")
+    namespace = item.get("namespace")
+    if isinstance(namespace, str) and namespace and not name.startswith(namespace + "."):
+        name = f"{namespace}.{name}"
+    call: ToolCall = {"function": {"name": name, "arguments": {"input": text}}}
+    if isinstance(item.get("call_id"), str):
+        call["id"] = item["call_id"]
+    return call
+
+
 def _tool_name(messages: list[Message], call_id: str) -> str:
     for m in reversed(messages):
         for call in m.get("tool_calls") or []:
@@ -207,15 +273,16 @@ def _tool_name(messages: list[Message], call_id: str) -> str:
     return ""
 
 
-def _tools(raw: Any) -> tuple[list[Tool] | None, dict[str, tuple[str, str]]]:
-    """Responses tools ({"type", "name", "parameters"}) -> chat tools ({"type", "function": {...}}), and the
-    namespaced names ("ns.member" -> (ns, member)) to map calls back."""
+def _tools(raw: Any) -> tuple[list[Tool] | None, Offered]:
+    """Responses tools ({"type", "name", "parameters"}) -> chat tools ({"type", "function": {...}}), and what
+    maps their calls back (namespaced and custom names)."""
     if not raw:
-        return None, {}
+        return None, Offered()
     if not isinstance(raw, list):
         raise BadRequest("tools must be an array")
     tools: list[Tool] = []
     namespaces: dict[str, tuple[str, str]] = {}
+    custom: set[str] = set()
     searching = any(isinstance(t, dict) and t.get("type") == "web_search" for t in raw)
     for i, t in enumerate(raw):
         if not isinstance(t, dict):
@@ -224,19 +291,22 @@ def _tools(raw: Any) -> tuple[list[Tool] | None, dict[str, tuple[str, str]]]:
             log.debug("responses: built-in web_search not offered to the model: web search is not available")
             continue
         ns = t.get("name") if t.get("type") == "namespace" else None
-        for tool in _expand(t, f"tools[{i}]"):
+        for tool, freeform in _expand(t, f"tools[{i}]"):
             name = tool["function"]["name"]
             if searching and name == "web_search":
                 continue  # the built-in owns the name (Ollama drops the user's function of that name)
             tools.append(tool)
             if ns:
                 namespaces[name] = (ns, name[len(ns) + 1:])
-    return tools or None, namespaces
+            if freeform:
+                custom.add(name)
+    return tools or None, Offered(namespaces, frozenset(custom))
 
 
-def _expand(t: dict[str, Any], where: str) -> list[Tool]:
-    """One declaration -> the functions it declares: a namespace's members (namespaces nest) named
-    `<namespace>.<member>`, unless a member's name says so already, as Ollama names them."""
+def _expand(t: dict[str, Any], where: str) -> list[tuple[Tool, bool]]:
+    """One declaration -> the functions it declares, each with whether it stands for a custom tool: a
+    namespace's members (namespaces nest) named `<namespace>.<member>`, unless a member's name says so already,
+    as Ollama names them."""
     if t.get("type") == "namespace":
         ns, members = t.get("name"), t.get("tools")
         if not isinstance(ns, str) or not isinstance(members, list):
@@ -245,21 +315,42 @@ def _expand(t: dict[str, Any], where: str) -> list[Tool]:
         for j, member in enumerate(members):
             if not isinstance(member, dict):
                 raise BadRequest(f"{where}.tools[{j}] must be an object")
-            for tool in _expand(member, f"{where}.tools[{j}]"):
+            for tool, freeform in _expand(member, f"{where}.tools[{j}]"):
                 if ns and not tool["function"]["name"].startswith(ns + "."):
                     tool["function"]["name"] = f"{ns}.{tool['function']['name']}"
-                out.append(tool)
+                out.append((tool, freeform))
         return out
     name = t.get("name")
     if not isinstance(name, str) or not name:
         log.debug("responses: tool of type %r without a name not offered to the model", t.get("type"))
         return []
     fn: ToolFunction = {"name": name, "description": t.get("description") or ""}
+    if t.get("type") == "custom":
+        return [({"type": "function", "function": _freeform(fn, t.get("format"), where)}, True)]
     if isinstance(t.get("parameters"), dict):
         fn["parameters"] = t["parameters"]
     elif t.get("parameters") is not None:
         raise BadRequest(f"{where}.parameters must be a JSON schema object")
-    return [{"type": "function", "function": fn}]
+    return [({"type": "function", "function": fn}, False)]
+
+
+def _freeform(fn: ToolFunction, fmt: Any, where: str) -> ToolFunction:
+    """A custom tool as a function of one string, `input` (the shape Codex gives apply_patch when it offers it
+    as a function); a grammar the input must follow is told to the model in the description, since nothing
+    here constrains sampling to it."""
+    if fmt is not None and not isinstance(fmt, dict):
+        raise BadRequest(f"{where}.format must be an object")
+    about = "The tool's whole input, as text."
+    if fmt and fmt.get("type") == "grammar":
+        syntax, definition = fmt.get("syntax"), fmt.get("definition")
+        if not isinstance(definition, str) or not isinstance(syntax, str):
+            raise BadRequest(f"{where}.format: a grammar needs its syntax and definition")
+        about += f" It must match this {syntax} grammar:\n{definition}"
+    elif fmt and fmt.get("type") not in (None, "text"):
+        raise BadRequest(f"{where}.format.type must be text or grammar")
+    fn["parameters"] = {"type": "object", "properties": {"input": {"type": "string", "description": about}},
+                        "required": ["input"]}
+    return fn
 
 
 # -- responses ----------------------------------------------------------------------------------------------
@@ -304,26 +395,18 @@ def _reasoning_item(item_id: str, thinking: str) -> dict[str, Any]:
             "encrypted_content": thinking}
 
 
-def _function_items(response_id: str, final: Final,
-                    namespaces: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
-    items = []
-    for i, call in enumerate(oai.tool_calls(final.tool_calls or [])):
-        name = call["function"]["name"]
-        item: dict[str, Any] = {"id": f"fc_{response_id}_{i}", "type": "function_call", "status": "completed",
-                                "call_id": call["id"], "name": name, "arguments": call["function"]["arguments"]}
-        if name in namespaces:  # a namespace member: the client looks it up by (namespace, name)
-            item["namespace"], item["name"] = namespaces[name]
-        items.append(item)
-    return items
+def _call_items(response_id: str, final: Final, offered: Offered) -> list[dict[str, Any]]:
+    return [offered.item(f"fc_{response_id}_{i}", call)
+            for i, call in enumerate(oai.tool_calls(final.tool_calls or []))]
 
 
 def response(response_id: str, item_id: str, model: str, echo: dict[str, Any], final: Final,
-             namespaces: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+             offered: Offered | None = None) -> dict[str, Any]:
     """stream: false -> the whole response."""
     output = [_reasoning_item(f"rs_{response_id}", final.thinking)] if final.thinking else []
     if final.text or not final.tool_calls:  # the text before the calls is a message item ahead of them
         output.append(_message_item(item_id, final.text))
-    output += _function_items(response_id, final, namespaces or {})
+    output += _call_items(response_id, final, offered or Offered())
     return response_object(response_id, model, echo, "completed", output, final)
 
 
@@ -336,9 +419,9 @@ class ResponseStream:
     """The named events of one streamed response, in order, each with its sequence_number."""
 
     def __init__(self, response_id: str, item_id: str, model: str, echo: dict[str, Any],
-                 namespaces: dict[str, tuple[str, str]] | None = None) -> None:
+                 offered: Offered | None = None) -> None:
         self.response_id, self.item_id, self.model, self.echo = response_id, item_id, model, echo
-        self.namespaces = namespaces or {}
+        self.offered = offered or Offered()
         self._seq = 0
         self._index = 0  # output_index of the item being written
         self._thinking: str | None = None  # None until a reasoning item is open
@@ -412,14 +495,17 @@ class ResponseStream:
             self._done_items.append(item)
             self._index += 1
         if final.tool_calls:
-            for item in _function_items(self.response_id, final, self.namespaces):
+            for item in _call_items(self.response_id, final, self.offered):
+                # a function's arguments, or a custom tool's input: each with its own delta and done events
+                key, events = (("input", "response.custom_tool_call_input") if item["type"] == "custom_tool_call"
+                               else ("arguments", "response.function_call_arguments"))
                 yield self._event("response.output_item.added", {
-                    "output_index": self._index, "item": {**item, "status": "in_progress", "arguments": ""}})
-                if item["arguments"]:
-                    yield self._event("response.function_call_arguments.delta", {
-                        "item_id": item["id"], "output_index": self._index, "delta": item["arguments"]})
-                yield self._event("response.function_call_arguments.done", {
-                    "item_id": item["id"], "output_index": self._index, "arguments": item["arguments"]})
+                    "output_index": self._index, "item": {**item, "status": "in_progress", key: ""}})
+                if item[key]:
+                    yield self._event(f"{events}.delta", {
+                        "item_id": item["id"], "output_index": self._index, "delta": item[key]})
+                yield self._event(f"{events}.done", {
+                    "item_id": item["id"], "output_index": self._index, key: item[key]})
                 yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
                 self._done_items.append(item)
                 self._index += 1

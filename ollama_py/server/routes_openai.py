@@ -108,9 +108,9 @@ async def responses(request: web.Request) -> web.StreamResponse:
     if not params.stream:
         items = await collect(events)
         return web.json_response(rt.response(response_id, item_id, raw_name, params.echo, items[-1],
-                                             params.namespaces))
+                                             params.offered))
 
-    stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo, params.namespaces)
+    stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo, params.offered)
     return await sse(request, content_blocks(events, stream), done_marker=False, ends=rt.is_last)
 
 

@@ -169,6 +169,37 @@ async def test_responses_function_call_and_its_output(base_url: Callable[..., An
     assert "22 degrees and sunny" in json.dumps(last)
 
 
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch"
+CUSTOM_TOOLS = [{"type": "custom", "name": "apply_patch", "description": "Edit files with a patch",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" LF'}}]
+
+
+async def test_responses_custom_tool_call_and_its_output(base_url: Callable[..., Any], tmp_path: Path) -> None:
+    """A custom (freeform) tool, as Codex offers apply_patch to GPT-5 models: the client gets a custom_tool_call
+    whose input is the text itself -- streamed with the custom_tool_call_input events -- and can send it back in
+    the history."""
+    log = tmp_path / "requests.jsonl"
+    reply = "<tool_call>" + json.dumps({"name": "apply_patch", "arguments": {"input": PATCH}}) + "</tool_call>"
+    client = openai.AsyncOpenAI(base_url=await base_url(FAKE_REPLY=reply, FAKE_LOG_FILE=str(log)) + "/v1",
+                                api_key="x", max_retries=0)
+    resp = await client.responses.create(model="tiny", input="Add hello.txt", tools=CUSTOM_TOOLS)
+    [call] = resp.output
+    assert (call.type, call.name, call.input) == ("custom_tool_call", "apply_patch", PATCH)
+
+    async with client.responses.stream(model="tiny", input="Add hello.txt", tools=CUSTOM_TOOLS) as stream:
+        kinds = [event.type async for event in stream]
+        streamed = await stream.get_final_response()
+    assert kinds[-4:] == ["response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+                          "response.output_item.done", "response.completed"]
+    assert [(o.type, o.name, o.input) for o in streamed.output] == [("custom_tool_call", "apply_patch", PATCH)]
+
+    await client.responses.create(model="tiny", tools=CUSTOM_TOOLS, input=[
+        {"role": "user", "content": "Add hello.txt"},
+        {"type": "custom_tool_call", "call_id": call.call_id, "name": "apply_patch", "input": call.input},
+        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done! A hello.txt"}])
+    assert "Done! A hello.txt" in json.loads(log.read_text().splitlines()[-1])["prompt"]
+
+
 async def test_responses_bad_input_is_an_openai_400(base_url: Callable[..., Any]) -> None:
     client = openai.AsyncOpenAI(base_url=await base_url() + "/v1", api_key="x", max_retries=0)
     with pytest.raises(openai.BadRequestError, match="unknown input item type"):

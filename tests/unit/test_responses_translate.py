@@ -90,6 +90,12 @@ def test_tools_json_schema_and_reasoning():
      "tools[0].parameters must be a JSON schema object"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
      "invalid image input"),
+    ({"input": "Hi", "tools": [{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "lark"}}]},
+     "tools[0].format: a grammar needs its syntax and definition"),
+    ({"input": "Hi", "tools": [{"type": "custom", "name": "c", "format": {"type": "json"}}]},
+     "tools[0].format.type must be text or grammar"),
+    ({"input": [{"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": {"x": 1}}]},
+     "input[0]: a custom_tool_call needs a name and its input (a string)"),
 ])
 def test_bad_requests_are_refused_with_a_clear_message(body: dict[str, Any], message: str):
     with pytest.raises(BadRequest) as e:
@@ -175,18 +181,18 @@ def test_a_namespace_expands_to_qualified_functions_and_web_search_is_not_offere
     assert [t["function"]["name"] for t in params.tools or []] == ["muse.bash", "muse.read_file", "plain"]
     assert params.tools and params.tools[0]["function"]["parameters"]["required"] == ["command"]
     assert params.tools[0]["function"]["description"] == "Runs a command"
-    assert params.namespaces == {"muse.bash": ("muse", "bash"), "muse.read_file": ("muse", "read_file")}
+    assert params.offered.namespaces == {"muse.bash": ("muse", "bash"), "muse.read_file": ("muse", "read_file")}
     assert params.echo["tools"][0] is NAMESPACE  # the client sees its own declarations
 
 
 def test_a_call_of_a_namespace_member_goes_back_with_its_namespace():
     params = rt.parse_responses({"input": "Hi", "tools": [NAMESPACE]})
     call = {"id": "call_1", "function": {"name": "muse.bash", "arguments": {"command": "ls"}}}
-    out = rt.response("resp_1", "msg_1", "m", params.echo, final(text="", tool_calls=[call]), params.namespaces)
+    out = rt.response("resp_1", "msg_1", "m", params.echo, final(text="", tool_calls=[call]), params.offered)
     item = out["output"][-1]
     assert (item["type"], item["namespace"], item["name"], json.loads(item["arguments"])) == (
         "function_call", "muse", "bash", {"command": "ls"})
-    stream = rt.ResponseStream("resp_1", "msg_1", "m", params.echo, params.namespaces)
+    stream = rt.ResponseStream("resp_1", "msg_1", "m", params.echo, params.offered)
     done = [d["item"] for k, d in stream.finish(final(text="", tool_calls=[call])) if k == "response.output_item.done"]
     assert (done[-1]["namespace"], done[-1]["name"]) == ("muse", "bash")
     # ... and comes back in the next request's history under the name the model was offered
@@ -207,3 +213,66 @@ def test_fields_codex_sends_are_accepted():
     assert params.messages == [{"role": "user", "content": "Hi"}]
     assert rt.response("resp_1", "msg_1", "m", params.echo, final())["prompt_cache_key"] == "conv-1"
     assert rt.parse_responses({"input": "Hi", "tools": [NAMESPACE], "tool_choice": "none"}).tools is None
+
+
+APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+               "format": {"type": "grammar", "syntax": "lark", "definition": 'start: begin_patch hunk+ end_patch'}}
+
+
+def test_a_custom_tool_is_offered_as_a_function_of_one_string_that_names_its_grammar():
+    params = rt.parse_responses({"input": "Hi", "tools": [
+        APPLY_PATCH, {"type": "custom", "name": "note"},
+        {"type": "namespace", "name": "ed", "tools": [{"type": "custom", "name": "replace",
+                                                       "format": {"type": "text"}}]}]})
+    fns = [t["function"] for t in params.tools or []]
+    assert [f["name"] for f in fns] == ["apply_patch", "note", "ed.replace"]
+    assert all(f["parameters"]["required"] == ["input"] for f in fns)
+    assert all(f["parameters"]["properties"]["input"]["type"] == "string" for f in fns)
+    assert fns[0]["description"] == "Edit files."
+    assert "lark grammar:\nstart: begin_patch hunk+ end_patch" in fns[0]["parameters"]["properties"]["input"][
+        "description"]
+    assert "grammar" not in fns[1]["parameters"]["properties"]["input"]["description"]
+    assert params.offered.custom == {"apply_patch", "note", "ed.replace"}
+    assert params.offered.namespaces == {"ed.replace": ("ed", "replace")}
+
+
+@pytest.mark.parametrize(("arguments", "text"), [
+    ({"input": "*** Begin Patch\n*** End Patch"}, "*** Begin Patch\n*** End Patch"),
+    ({"patch": "the one string, named otherwise"}, "the one string, named otherwise"),
+    ({}, ""),
+    ({"a": 1, "b": "x"}, '{"a": 1, "b": "x"}'),
+])
+def test_a_call_of_a_custom_tool_goes_back_with_its_text_as_input(arguments: dict[str, Any], text: str):
+    params = rt.parse_responses({"input": "Hi", "tools": [APPLY_PATCH, {"type": "function", "name": "ls"}]})
+    calls = [{"id": "call_1", "function": {"name": "apply_patch", "arguments": arguments}},
+             {"id": "call_2", "function": {"name": "ls", "arguments": {}}}]
+    out = rt.response("resp_1", "msg_1", "m", params.echo, final(text="", tool_calls=calls), params.offered)
+    custom, function = out["output"]
+    assert (custom["type"], custom["name"], custom["call_id"], custom["input"]) == (
+        "custom_tool_call", "apply_patch", "call_1", text)
+    assert custom["id"].startswith("ctc_") and "arguments" not in custom
+    assert (function["type"], function["arguments"]) == ("function_call", "{}")
+
+    stream = rt.ResponseStream("resp_1", "msg_1", "m", params.echo, params.offered)
+    events = list(stream.finish(final(text="", tool_calls=calls)))
+    kinds = [k for k, _ in events]
+    first = kinds[:kinds.index("response.output_item.done") + 1]
+    assert first == ["response.created", "response.in_progress", "response.output_item.added",
+                     *(["response.custom_tool_call_input.delta"] if text else []),
+                     "response.custom_tool_call_input.done", "response.output_item.done"]
+    data = dict(events[kinds.index("response.custom_tool_call_input.done")][1])
+    assert (data["input"], data["item_id"], data["output_index"]) == (text, custom["id"], 0)
+    assert events[2][1]["item"]["input"] == "" and events[2][1]["item"]["type"] == "custom_tool_call"
+    assert events[-1][1]["response"]["output"] == out["output"]
+
+
+def test_a_custom_tool_call_and_its_output_in_the_history():
+    params = rt.parse_responses({"input": [
+        {"role": "user", "content": "Add a file"},
+        {"type": "reasoning", "encrypted_content": "A patch will do."},
+        {"type": "custom_tool_call", "call_id": "c1", "name": "replace", "namespace": "ed", "input": "a -> b"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"}]})
+    assert params.messages[1:] == [
+        {"role": "assistant", "content": "", "thinking": "A patch will do.",
+         "tool_calls": [{"function": {"name": "ed.replace", "arguments": {"input": "a -> b"}}, "id": "c1"}]},
+        {"role": "tool", "content": "Done", "tool_call_id": "c1", "tool_name": "ed.replace"}]
