@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.paths import ROOT
@@ -64,12 +65,13 @@ def workdir(tmp_path: Path) -> Path:
 @pytest.fixture
 def serve(tmp_path: Path, tools_gguf: Path) -> Iterator[Callable[..., str]]:
     """Start `serve` over the fake runner with the tiny model as "tiny", the model saying `reply` -- or, once
-    SECRET is in its prompt, ANSWER; gives its URL. The prompts the runner got are in tmp/runner_requests.jsonl."""
+    SECRET is in its prompt, ANSWER (`when`: other [text in the prompt, reply] pairs); gives its URL. The
+    prompts the runner got are in tmp/runner_requests.jsonl."""
     procs = []
 
-    def start(reply: str) -> str:
+    def start(reply: str, when: list[list[str]] | None = None) -> str:
         env = {"OLLAMA_CONTEXT_LENGTH": "32768", "FAKE_REPLY": reply,
-               "FAKE_REPLY_WHEN": json.dumps([[SECRET, ANSWER]]),
+               "FAKE_REPLY_WHEN": json.dumps(when or [[SECRET, ANSWER]]),
                "FAKE_LOG_FILE": str(tmp_path / "runner_requests.jsonl")}
         proc, url = start_fake_serve(tmp_path / "serve", tools_gguf, env)
         procs.append(proc)
@@ -183,6 +185,25 @@ def test_codex_tool_round_trip(serve: Callable[..., str], tmp_path: Path, agents
     assert [i["text"] for i in items if i["type"] == "agent_message"] == [ANSWER]
     prompts = runner_prompts(tmp_path)
     assert SECRET not in prompts[0] and SECRET in prompts[-1]  # the command's output went back to the model
+
+
+def test_codex_edits_a_file_with_its_freeform_apply_patch(serve: Callable[..., str], tmp_path: Path,
+                                                          agents_bin: Path, workdir: Path) -> None:
+    """A model Codex knows by name (a local model copied to "gpt-5.5") is offered apply_patch as a `custom` tool
+    with a Lark grammar: the model's call reaches Codex as a custom_tool_call whose input is the patch, Codex
+    applies it, and the next request carries the call and its output back as custom_tool_call items."""
+    url = serve(tool_call("apply_patch", {"input": "*** Begin Patch\n*** Add File: hello.txt\n+hi there\n"
+                                                   "*** End Patch\n"}), when=[["Success", "Patched."]])
+    requests.post(f"{url}/api/copy", json={"source": "tiny", "destination": "gpt-5.5"}, timeout=30).raise_for_status()
+    done = codex(tmp_path, agents_bin, workdir, provider_config(url).replace('"tiny"', '"gpt-5.5"', 1), "--json",
+                 "Add hello.txt")
+    items = codex_items(done.stdout)
+    [change] = [i for i in items if i["type"] == "file_change"]
+    assert change["status"] == "completed" and change["changes"] == [{"path": str(workdir / "hello.txt"),
+                                                                      "kind": "add"}]
+    assert (workdir / "hello.txt").read_text() == "hi there\n"
+    assert [i["text"] for i in items if i["type"] == "agent_message"] == ["Patched."]
+    assert "Success" in runner_prompts(tmp_path)[-1]  # apply_patch's report went back to the model
 
 
 def test_codex_oss_answers_one_turn(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
