@@ -5,7 +5,7 @@ A request becomes native chat messages, options, tools, format and think. Tools 
 to the client as a function_call with that `namespace` and the member's `name`, the form Codex looks tools up
 by); a `custom` (freeform) tool becomes a function of one string, `input`, whose description carries the tool's
 grammar, and a call of it goes back as a custom_tool_call with that text as its `input` (Codex's apply_patch is
-one); other named tools become functions. The built-in `web_search` is run by Ollama on ollama.com: ollama-py
+one); other named tools become functions, those an `additional_tools` input item declares as well. The built-in `web_search` is run by Ollama on ollama.com: ollama-py
 makes no connection its operator did not choose, so it is accepted, echoed, and not offered to the model.
 Fields that change nothing here are accepted and ignored (store, include, prompt_cache_key, client_metadata,
 parallel_tool_calls, service_tier, ...). The answer (a Final, or Deltas then a
@@ -122,7 +122,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         fmt = text_format["schema"]
 
     raw_tools = body.get("tools") or []
-    tools, offered = _tools(raw_tools)
+    tools, offered = _tools(_declared(raw_tools, body.get("input")))
     if body.get("tool_choice") == "none":
         tools = None
     echo = {
@@ -202,6 +202,8 @@ def _input_messages(raw: Any) -> list[Message]:
             pending_thinking = content if isinstance(content, str) else ""
         elif kind == "web_search_call":
             pass  # history of a built-in search: the assistant message after it carries what the model saw
+        elif kind == "additional_tools":
+            pass  # tools declared in the input: offered with the request's own (_declared)
         elif not kind:
             raise BadRequest(f"input[{i}]: input item missing required 'type' field")
         else:
@@ -271,6 +273,22 @@ def _tool_name(messages: list[Message], call_id: str) -> str:
             if call.get("id") == call_id:
                 return call["function"]["name"]
     return ""
+
+
+def _declared(raw: Any, items: Any) -> Any:
+    """The request's tools, and those an `additional_tools` input item declares (Codex sends its tools so, as a
+    developer item, for its newest models)."""
+    extra: list[Any] = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            if not isinstance(item.get("tools"), list):
+                raise BadRequest(f"input[{i}]: additional_tools needs its tools (an array)")
+            extra += item["tools"]
+    if not extra:
+        return raw
+    if raw and not isinstance(raw, list):
+        raise BadRequest("tools must be an array")
+    return [*(raw or []), *extra]
 
 
 def _tools(raw: Any) -> tuple[list[Tool] | None, Offered]:

@@ -206,6 +206,26 @@ def test_codex_edits_a_file_with_its_freeform_apply_patch(serve: Callable[..., s
     assert "Success" in runner_prompts(tmp_path)[-1]  # apply_patch's report went back to the model
 
 
+def test_codex_runs_a_command_from_its_code_mode_exec(serve: Callable[..., str], tmp_path: Path,
+                                                     agents_bin: Path, workdir: Path) -> None:
+    """For its newest models ("gpt-5.6-sol" here, a local model copied to that name) Codex declares its tools in an
+    `additional_tools` input item: a `functions` namespace whose custom `exec` tool takes JavaScript that calls
+    the other tools. The model's exec call reaches Codex as a custom_tool_call in that namespace, Codex runs the
+    command the script asks for, and its output goes back to the model."""
+    script = "const r = await tools.exec_command({cmd: 'cat note.txt'}); text(r);"
+    url = serve(tool_call("functions.exec", {"input": script}))
+    requests.post(f"{url}/api/copy", json={"source": "tiny", "destination": "gpt-5.6-sol"},
+                  timeout=30).raise_for_status()
+    done = codex(tmp_path, agents_bin, workdir, provider_config(url).replace('"tiny"', '"gpt-5.6-sol"', 1),
+                 "--json", "What does note.txt say?")
+    items = codex_items(done.stdout)
+    [command] = [i for i in items if i["type"] == "command_execution"]
+    assert "cat note.txt" in command["command"] and command["aggregated_output"] == SECRET + "\n"
+    assert [i["text"] for i in items if i["type"] == "agent_message"] == [ANSWER]
+    prompts = runner_prompts(tmp_path)
+    assert SECRET not in prompts[0] and SECRET in prompts[-1]
+
+
 def test_codex_oss_answers_one_turn(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
                                     workdir: Path) -> None:
     """`codex --oss` asks /api/version (it refuses an Ollama older than 0.13.4), looks for the model in /api/tags

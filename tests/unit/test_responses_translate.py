@@ -96,6 +96,8 @@ def test_tools_json_schema_and_reasoning():
      "tools[0].format.type must be text or grammar"),
     ({"input": [{"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": {"x": 1}}]},
      "input[0]: a custom_tool_call needs a name and its input (a string)"),
+    ({"input": [{"role": "user", "content": "Hi"}, {"type": "additional_tools", "tools": {"type": "function"}}]},
+     "input[1]: additional_tools needs its tools (an array)"),
 ])
 def test_bad_requests_are_refused_with_a_clear_message(body: dict[str, Any], message: str):
     with pytest.raises(BadRequest) as e:
@@ -276,3 +278,21 @@ def test_a_custom_tool_call_and_its_output_in_the_history():
         {"role": "assistant", "content": "", "thinking": "A patch will do.",
          "tool_calls": [{"function": {"name": "ed.replace", "arguments": {"input": "a -> b"}}, "id": "c1"}]},
         {"role": "tool", "content": "Done", "tool_call_id": "c1", "tool_name": "ed.replace"}]
+
+
+def test_tools_declared_in_an_additional_tools_item_are_offered_with_the_requests_own():
+    """Codex's newest models get their tools so: a developer input item, a `functions` namespace in it."""
+    params = rt.parse_responses({"tools": [{"type": "function", "name": "ls"}], "input": [
+        {"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "", "tools": [
+                {"type": "custom", "name": "exec", "description": "Run JavaScript"},
+                {"type": "function", "name": "wait", "parameters": {"type": "object"}}]}]},
+        {"role": "user", "content": "Hi"}]})
+    assert [t["function"]["name"] for t in params.tools or []] == ["ls", "functions.exec", "functions.wait"]
+    assert params.messages == [{"role": "user", "content": "Hi"}]
+    assert params.echo["tools"] == [{"type": "function", "name": "ls"}]
+    call = {"id": "call_1", "function": {"name": "functions.exec", "arguments": {"input": "text(1)"}}}
+    [item] = rt.response("resp_1", "msg_1", "m", params.echo, final(text="", tool_calls=[call]),
+                         params.offered)["output"]
+    assert (item["type"], item["namespace"], item["name"], item["input"]) == (
+        "custom_tool_call", "functions", "exec", "text(1)")
