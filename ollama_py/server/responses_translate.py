@@ -5,8 +5,9 @@ A request becomes native chat messages, options, tools, format and think. Tools 
 to the client as a function_call with that `namespace` and the member's `name`, the form Codex looks tools up
 by); a `custom` (freeform) tool becomes a function of one string, `input`, whose description carries the tool's
 grammar, and a call of it goes back as a custom_tool_call with that text as its `input` (Codex's apply_patch is
-one); other named tools become functions, those an `additional_tools` input item declares as well. The built-in `web_search` is run by Ollama on ollama.com: ollama-py
-makes no connection its operator did not choose, so it is accepted, echoed, and not offered to the model.
+one); other named tools become functions. Tools an `additional_tools` input item declares are offered with the
+request's own. The built-in `web_search` is run by Ollama on ollama.com: ollama-py makes no connection its
+operator did not choose, so it is accepted, echoed, and not offered to the model.
 Fields that change nothing here are accepted and ignored (store, include, prompt_cache_key, client_metadata,
 parallel_tool_calls, service_tier, ...). The answer (a Final, or Deltas then a
 Final) becomes a `response` object, or the stream of named events the `openai` client's `responses.stream()`
