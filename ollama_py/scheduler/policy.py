@@ -83,6 +83,7 @@ def cpu_threads(cores: int, cpu_runners: int) -> int:
     return max(1, cores // max(cpu_runners, 1))
 
 
+SHUTDOWN_SAVE_SECONDS = 5.0  # how long serve's stop waits for idle runners to save their slots (then they stop unsaved)
 MEMORY_RECOVERY_SECONDS = 5.0  # how long an evicted runner's memory may take to show as free once it has exited
 MEMORY_RECOVERED = 0.75  # ... and the share of it that counts as back
 

@@ -283,14 +283,29 @@ class Scheduler:
             log.warning("could not remove the saved slots of %s: %s", getattr(model, "name", model), e)
 
     async def shutdown(self) -> None:
-        """Stop every runner and wait for them (SIGTERM, grace, SIGKILL, reap)."""
+        """Stop every runner and wait for them (SIGTERM, grace, SIGKILL, reap). An idle one saves its slots first,
+        as at an unload, so the conversations it held start warm after a restart: all of them together for at
+        most SHUTDOWN_SAVE_SECONDS, beside the busy ones' stop (their streams end now)."""
         self._closed = True
         runners = list(self.loaded.values())
+        idle = [loaded for loaded in runners if loaded.refcount == 0 and not loaded.unloading and loaded.keep_slots
+                and loaded.runner.state == RunnerState.READY]
         for loaded in runners:
             loaded.unloading = True
             if loaded.timer:
                 loaded.timer.cancel()
-        await asyncio.gather(*(self._stop(loaded) for loaded in runners), return_exceptions=True)
+        deadline = time.monotonic() + policy.SHUTDOWN_SAVE_SECONDS
+
+        async def save_then_stop(loaded: Loaded) -> None:
+            try:
+                await asyncio.wait_for(loaded.runner.save_slots(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                log.warning("saving the slots of %s at shutdown took over %.0f s: it stops unsaved", loaded.name,
+                            policy.SHUTDOWN_SAVE_SECONDS)
+            await self._stop(loaded)
+
+        await asyncio.gather(*(save_then_stop(loaded) if loaded in idle else self._stop(loaded) for loaded in runners),
+                             return_exceptions=True)
         self.loaded.clear()
 
     def kill_all(self) -> None:

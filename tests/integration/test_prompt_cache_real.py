@@ -1,5 +1,6 @@
 """The prompt cache with the real llama-server and SmolLM2 (issue 36): its host cache stops growing at the cap
-ollama-py sets (--cache-ram), and a conversation's prompt survives an unload (slots saved, then restored)."""
+ollama-py sets (--cache-ram), and a conversation's prompt survives an unload or a restart of serve (slots saved, then
+restored)."""
 
 from __future__ import annotations
 
@@ -78,4 +79,18 @@ def test_after_keep_alive_0_and_a_reload_the_same_prompt_starts_from_its_cache(s
         assert time.monotonic() < deadline, "did not unload"
         time.sleep(0.1)
     again = generate(url, prompt)  # a new runner: restored before it took this request
+    assert again["prompt_eval_count"] <= 4, again
+
+
+def test_after_serve_is_stopped_and_started_again_the_same_prompt_starts_from_its_cache(serve_with) -> None:
+    """SIGTERM to serve: the idle runner saves its slot before it stops, and the next serve restores it."""
+    env = {"OLLAMA_PY_PROMPT_CACHE_DISK": "4096"}
+    pid, url = serve_with(env)
+    prompt = distinct_prompt(2, 1800)
+    assert generate(url, prompt)["prompt_eval_count"] > 1500
+    serve = psutil.Process(pid)
+    serve.terminate()
+    assert serve.wait(60) == 0
+    pid, url = serve_with(env)
+    again = generate(url, prompt)
     assert again["prompt_eval_count"] <= 4, again

@@ -140,6 +140,20 @@ async def test_after_keep_alive_0_and_a_reload_the_same_prompt_starts_from_its_c
     assert again["prompt_eval_count"] == 1  # the fake evaluates at least one prompt token, as llama-server does
 
 
+async def test_slots_saved_when_serve_stops_make_the_next_serves_first_request_warm(
+        app_with_saved_slots: Any, aiohttp_client: Any) -> None:
+    """Stopping serve (SIGTERM, Ctrl-C: the app's shutdown) saves an idle runner's slots as an unload does."""
+    settings, app = app_with_saved_slots()
+    client = await aiohttp_client(app)
+    assert (await _generate(client, keep_alive="10m"))["prompt_eval_count"] > 600
+    assert (await (await client.get("/api/ps")).json())["models"]  # still loaded: no unload saved anything
+    await client.close()
+    assert len(_saved(settings)) == 1
+    settings, app = app_with_saved_slots()
+    client = await aiohttp_client(app)
+    assert (await _generate(client))["prompt_eval_count"] == 1
+
+
 async def test_a_saved_slot_the_runner_refuses_is_deleted_and_the_request_still_answers(
         app_with_saved_slots: Any, aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     settings, app = app_with_saved_slots()
