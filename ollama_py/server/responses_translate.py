@@ -5,14 +5,16 @@ A request becomes native chat messages, options, tools, format and think. Tools 
 to the client as a function_call with that `namespace` and the member's `name`, the form Codex looks tools up
 by); a `custom` (freeform) tool becomes a function of one string, `input`, whose description carries the tool's
 grammar, and a call of it goes back as a custom_tool_call with that text as its `input` (Codex's apply_patch is
-one); other named tools become functions. Tools an `additional_tools` input item declares are offered with the
-request's own. The built-in `web_search` is run by Ollama on ollama.com: ollama-py makes no connection its
-operator did not choose, so it is accepted, echoed, and not offered to the model.
-Fields that change nothing here are accepted and ignored (store, include, prompt_cache_key, client_metadata,
-parallel_tool_calls, service_tier, ...). The answer (a Final, or Deltas then a
+one); a client-run `tool_search` becomes a function whose call goes back as a tool_search_call, and the tools a
+`tool_search_output` loaded are offered from then on; other named tools become functions. Tools an
+`additional_tools` input item declares are offered with the request's own. The built-in `web_search` is run by
+Ollama on ollama.com: ollama-py makes no connection its operator did not choose, so it is accepted, echoed, and
+not offered to the model. Fields that change nothing here are accepted and ignored (store, include,
+prompt_cache_key, client_metadata, parallel_tool_calls, service_tier, ...). The answer (a Final, or Deltas then a
 Final) becomes a `response` object, or the stream of named events the `openai` client's `responses.stream()`
 reads: response.created, response.in_progress, output items (reasoning, message, function_call,
-custom_tool_call) with their deltas and `done` events, and response.completed carrying the whole response.
+custom_tool_call, tool_search_call) with their deltas and `done` events, and response.completed carrying the
+whole response.
 """
 
 from __future__ import annotations
@@ -47,11 +49,15 @@ class Offered:
 
     namespaces: dict[str, tuple[str, str]] = field_(default_factory=dict)
     custom: frozenset[str] = frozenset()
+    search: str = ""  # the name a client-executed tool_search is offered under ("" when it is not)
 
     def item(self, item_id: str, call: dict[str, Any]) -> dict[str, Any]:
         """The output item for one call (OpenAI's form, arguments a JSON string): a function_call, or a
         custom_tool_call carrying the text the model wrote."""
         name, arguments = call["function"]["name"], call["function"]["arguments"]
+        if name == self.search:  # the client runs the search and sends back the tools it found
+            return {"id": item_id.replace("fc_", "ts_", 1), "type": "tool_search_call", "execution": "client",
+                    "status": "completed", "call_id": call["id"], "arguments": _object(arguments)}
         if name in self.custom:
             item: dict[str, Any] = {"id": item_id.replace("fc_", "ctc_", 1), "type": "custom_tool_call",
                                     "status": "completed", "call_id": call["id"], "name": name,
@@ -62,6 +68,14 @@ class Offered:
         if name in self.namespaces:  # a namespace member: the client looks it up by (namespace, name)
             item["namespace"], item["name"] = self.namespaces[name]
         return item
+
+
+def _object(arguments: str) -> dict[str, Any]:
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return args if isinstance(args, dict) else {}
 
 
 def _custom_input(arguments: str) -> str:
@@ -186,6 +200,19 @@ def _input_messages(raw: Any) -> list[Message]:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
             if pending_thinking:
                 out[-1]["thinking"], pending_thinking = pending_thinking, ""
+        elif kind == "tool_search_call":
+            call = _search_call(item, i)
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            if pending_thinking:
+                out[-1]["thinking"], pending_thinking = pending_thinking, ""
+        elif kind == "tool_search_output":  # its tools are offered from now on (_declared); the model is told which
+            msg = {"role": "tool", "content": _found(item.get("tools"))}
+            if isinstance(item.get("call_id"), str) and item["call_id"]:
+                msg["tool_call_id"], msg["tool_name"] = item["call_id"], TOOL_SEARCH
+            out.append(msg)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             output = item.get("output", "")
@@ -254,6 +281,35 @@ def _function_call(item: dict[str, Any], i: int) -> ToolCall:
     return call
 
 
+TOOL_SEARCH = "tool_search"
+
+
+def _search_call(item: dict[str, Any], i: int) -> ToolCall:
+    """A client-executed tool search in the history: the call of the function it was offered as."""
+    args = item.get("arguments")
+    if isinstance(args, str):
+        args = _object(args)
+    if not isinstance(args, dict):
+        raise BadRequest(f"input[{i}]: a tool_search_call needs its arguments (an object)")
+    call: ToolCall = {"function": {"name": TOOL_SEARCH, "arguments": args}}
+    if isinstance(item.get("call_id"), str):
+        call["id"] = item["call_id"]
+    return call
+
+
+def _found(tools: Any) -> str:
+    """What a tool search found, as the model reads it: the tools' names (their declarations are offered)."""
+    names = []
+    for t in tools if isinstance(tools, list) else []:
+        if not isinstance(t, dict):
+            continue
+        if t.get("type") == "namespace" and isinstance(t.get("tools"), list):
+            names += [f"{t.get('name')}.{m.get('name')}" for m in t["tools"] if isinstance(m, dict)]
+        elif t.get("name"):
+            names.append(str(t["name"]))
+    return "Tools loaded: " + ", ".join(names) if names else "No tools found."
+
+
 def _custom_call(item: dict[str, Any], i: int) -> ToolCall:
     """A custom tool's call in the history: the function call of one string the model was offered for it."""
     name, text = item.get("name"), item.get("input", "")
@@ -278,12 +334,12 @@ def _tool_name(messages: list[Message], call_id: str) -> str:
 
 def _declared(raw: Any, items: Any) -> Any:
     """The request's tools, and those an `additional_tools` input item declares (Codex sends its tools so, as a
-    developer item, for its newest models)."""
+    developer item, for its newest models) or a client's tool search loaded (`tool_search_output`)."""
     extra: list[Any] = []
     for i, item in enumerate(items if isinstance(items, list) else []):
-        if isinstance(item, dict) and item.get("type") == "additional_tools":
+        if isinstance(item, dict) and item.get("type") in ("additional_tools", "tool_search_output"):
             if not isinstance(item.get("tools"), list):
-                raise BadRequest(f"input[{i}]: additional_tools needs its tools (an array)")
+                raise BadRequest(f"input[{i}]: {item['type']} needs its tools (an array)")
             extra += item["tools"]
     if not extra:
         return raw
@@ -302,6 +358,8 @@ def _tools(raw: Any) -> tuple[list[Tool] | None, Offered]:
     tools: list[Tool] = []
     namespaces: dict[str, tuple[str, str]] = {}
     custom: set[str] = set()
+    search = ""
+    seen: set[str] = set()
     searching = any(isinstance(t, dict) and t.get("type") == "web_search" for t in raw)
     for i, t in enumerate(raw):
         if not isinstance(t, dict):
@@ -309,17 +367,33 @@ def _tools(raw: Any) -> tuple[list[Tool] | None, Offered]:
         if t.get("type") == "web_search":
             log.debug("responses: built-in web_search not offered to the model: web search is not available")
             continue
+        if t.get("type") == "tool_search":
+            if t.get("execution") == "client" and TOOL_SEARCH not in seen:
+                # the client runs it: a function, whose calls go back as tool_search_call items
+                params: dict[str, Any] = t["parameters"] if isinstance(t.get("parameters"), dict) else {
+                    "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+                tools.append({"type": "function", "function": {
+                    "name": TOOL_SEARCH, "description": t.get("description") or "Searches for more tools.",
+                    "parameters": params}})
+                search = TOOL_SEARCH
+                seen.add(TOOL_SEARCH)
+            else:  # run by OpenAI over the deferred tools: here those are offered as they are
+                log.debug("responses: a server-side tool_search not offered: deferred tools are offered directly")
+            continue
         ns = t.get("name") if t.get("type") == "namespace" else None
         for tool, freeform in _expand(t, f"tools[{i}]"):
             name = tool["function"]["name"]
             if searching and name == "web_search":
                 continue  # the built-in owns the name (Ollama drops the user's function of that name)
+            if name in seen:
+                continue  # declared again (a tool search loads a tool the request offers): offered once
+            seen.add(name)
             tools.append(tool)
             if ns:
                 namespaces[name] = (ns, name[len(ns) + 1:])
             if freeform:
                 custom.add(name)
-    return tools or None, Offered(namespaces, frozenset(custom))
+    return tools or None, Offered(namespaces, frozenset(custom), search)
 
 
 def _expand(t: dict[str, Any], where: str) -> list[tuple[Tool, bool]]:
@@ -434,6 +508,11 @@ def is_last(event: tuple[str, dict[str, Any]]) -> bool:
     return event[0] == "response.completed"
 
 
+# a call item's field that streams, and its events' prefix
+_STREAMED = {"function_call": ("arguments", "response.function_call_arguments"),
+             "custom_tool_call": ("input", "response.custom_tool_call_input")}
+
+
 class ResponseStream:
     """The named events of one streamed response, in order, each with its sequence_number."""
 
@@ -515,16 +594,17 @@ class ResponseStream:
             self._index += 1
         if final.tool_calls:
             for item in _call_items(self.response_id, final, self.offered):
-                # a function's arguments, or a custom tool's input: each with its own delta and done events
-                key, events = (("input", "response.custom_tool_call_input") if item["type"] == "custom_tool_call"
-                               else ("arguments", "response.function_call_arguments"))
-                yield self._event("response.output_item.added", {
-                    "output_index": self._index, "item": {**item, "status": "in_progress", key: ""}})
-                if item[key]:
+                # a function's arguments, or a custom tool's input, each with its own delta and done events; a
+                # tool search whole in its added and done events
+                key, events = _STREAMED.get(item["type"], ("", ""))
+                added = {**item, "status": "in_progress", **({key: ""} if key else {})}
+                yield self._event("response.output_item.added", {"output_index": self._index, "item": added})
+                if key and item[key]:
                     yield self._event(f"{events}.delta", {
                         "item_id": item["id"], "output_index": self._index, "delta": item[key]})
-                yield self._event(f"{events}.done", {
-                    "item_id": item["id"], "output_index": self._index, key: item[key]})
+                if key:
+                    yield self._event(f"{events}.done", {
+                        "item_id": item["id"], "output_index": self._index, key: item[key]})
                 yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
                 self._done_items.append(item)
                 self._index += 1

@@ -206,6 +206,21 @@ def test_codex_edits_a_file_with_its_freeform_apply_patch(serve: Callable[..., s
     assert "Success" in runner_prompts(tmp_path)[-1]  # apply_patch's report went back to the model
 
 
+def test_codex_runs_the_tool_search_the_model_asks_for(serve: Callable[..., str], tmp_path: Path,
+                                                      agents_bin: Path, workdir: Path) -> None:
+    """For a model it knows ("gpt-5.5") Codex holds some tools back and offers a client-run `tool_search`: the
+    model's search reaches Codex as a tool_search_call, Codex runs it, and the tools it loaded come back in a
+    tool_search_output -- offered from then on, and named to the model."""
+    url = serve(tool_call("tool_search", {"query": "spawn an agent"}), when=[["Tools loaded", "Found them."]])
+    requests.post(f"{url}/api/copy", json={"source": "tiny", "destination": "gpt-5.5"}, timeout=30).raise_for_status()
+    done = codex(tmp_path, agents_bin, workdir, provider_config(url).replace('"tiny"', '"gpt-5.5"', 1), "--json",
+                 "Start a helper agent")
+    assert [i["text"] for i in codex_items(done.stdout) if i["type"] == "agent_message"] == ["Found them."]
+    prompts = runner_prompts(tmp_path)
+    assert "Tools loaded" not in prompts[0]
+    assert "Tools loaded: " in prompts[-1] and "spawn_agent" in prompts[-1].split("Tools loaded: ")[1]
+
+
 def test_codex_runs_a_command_from_its_code_mode_exec(serve: Callable[..., str], tmp_path: Path,
                                                      agents_bin: Path, workdir: Path) -> None:
     """For its newest models ("gpt-5.6-sol" here, a local model copied to that name) Codex declares its tools in an

@@ -296,3 +296,44 @@ def test_tools_declared_in_an_additional_tools_item_are_offered_with_the_request
                          params.offered)["output"]
     assert (item["type"], item["namespace"], item["name"], item["input"]) == (
         "custom_tool_call", "functions", "exec", "text(1)")
+
+
+SEARCH = {"type": "tool_search", "execution": "client", "description": "Finds deferred tools.",
+          "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "number"}},
+                         "required": ["query"]}}
+
+
+def test_a_client_run_tool_search_is_offered_and_its_call_goes_back_for_the_client_to_run():
+    params = rt.parse_responses({"input": "Hi", "tools": [SEARCH, {"type": "function", "name": "ls"},
+                                                          {"type": "tool_search"}]})  # a server-side one: not here
+    assert [t["function"]["name"] for t in params.tools or []] == ["tool_search", "ls"]
+    assert params.tools and params.tools[0]["function"]["parameters"] == SEARCH["parameters"]
+    call = {"id": "call_1", "function": {"name": "tool_search", "arguments": {"query": "agents", "limit": 2}}}
+    [item] = rt.response("resp_1", "msg_1", "m", params.echo, final(text="", tool_calls=[call]),
+                         params.offered)["output"]
+    assert item == {"id": "ts_resp_1_0", "type": "tool_search_call", "execution": "client", "status": "completed",
+                    "call_id": "call_1", "arguments": {"query": "agents", "limit": 2}}
+    stream = rt.ResponseStream("resp_1", "msg_1", "m", params.echo, params.offered)
+    kinds = [k for k, _ in stream.finish(final(text="", tool_calls=[call]))]
+    assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.output_item.done", "response.completed"]
+
+
+def test_the_tools_a_search_loaded_are_offered_and_the_model_is_told_which():
+    loaded = {"type": "namespace", "name": "multi_agent", "description": "", "tools": [
+        {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}},
+        {"type": "function", "name": "wait_agent", "parameters": {"type": "object"}}]}
+    params = rt.parse_responses({"tools": [SEARCH, {"type": "function", "name": "ls"}], "input": [
+        {"role": "user", "content": "Start a helper"},
+        {"type": "tool_search_call", "call_id": "c1", "execution": "client", "arguments": {"query": "agent"}},
+        {"type": "tool_search_output", "call_id": "c1", "execution": "client", "status": "completed",
+         "tools": [loaded, {"type": "function", "name": "ls"}]}]})
+    assert [t["function"]["name"] for t in params.tools or []] == [
+        "tool_search", "ls", "multi_agent.spawn_agent", "multi_agent.wait_agent"]  # "ls" once
+    assert params.messages[1:] == [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "tool_search", "arguments": {"query": "agent"}}, "id": "c1"}]},
+        {"role": "tool", "content": "Tools loaded: multi_agent.spawn_agent, multi_agent.wait_agent, ls",
+         "tool_call_id": "c1", "tool_name": "tool_search"}]
+    with pytest.raises(BadRequest, match=r"input\[0\]: tool_search_output needs its tools"):
+        rt.parse_responses({"input": [{"type": "tool_search_output", "call_id": "c1", "tools": None}]})
