@@ -7,10 +7,12 @@ including those waiting for a busy model's slot (Ollama bounds only the load que
 
 Seams injected at construction: `plan` (model, options, embedding -> LoadPlan, or an awaitable of one), `runner_factory`
 (LoadPlan, name, on_exit -> RunnerProcess) and `free_memory` (plan -> bytes free where that plan puts the model:
-VRAM when it offloads to GPUs, else RAM; None skips the check) and `may_stay` (loading model, loaded model -> whether
-the loaded one may stay beside it: the config file's exclusive groups; one that may not is unloaded first, once it
-is idle, never mid-request), `cpu_cores` (the cores runners on the CPU share: policy.cpu_threads; 0 leaves threads to
-llama-server) and `forget_slots` (a model's weights -> remove its saved slots: runner/slot_cache.py).
+VRAM when it offloads to GPUs, else RAM; None skips the check), `free_host` (() -> bytes of RAM available: what a
+partly offloaded plan keeps in host memory must fit there too; None skips it) and `may_stay` (loading model,
+loaded model -> whether the loaded one may stay beside it: the config file's exclusive groups; one that may not is
+unloaded first, once it is idle, never mid-request), `cpu_cores` (the cores runners on the CPU share:
+policy.cpu_threads; 0 leaves threads to llama-server) and `forget_slots` (a model's weights -> remove its saved
+slots: runner/slot_cache.py).
 
 Under memory pressure: a model that does not fit even with every other runner unloaded fails at once
 (InsufficientMemory, naming the numbers); else idle runners are evicted one at a time, and the next runner starts
@@ -150,6 +152,7 @@ class Scheduler:
         plan: Callable[[Model, dict[str, Any], bool], LoadPlan | Awaitable[LoadPlan]],
         runner_factory: Callable[[LoadPlan, str, Callable[[RunnerProcess], None]], RunnerProcess],
         free_memory: Callable[[LoadPlan], int | None] = lambda plan: None,
+        free_host: Callable[[], int | None] = lambda: None,
         gpu_count: int = 0,
         clock: Callable[[], float] = time.time,
         default_keep_alive: Callable[[Model], float | None] = lambda model: None,
@@ -162,6 +165,7 @@ class Scheduler:
         self._plan = plan
         self._runner_factory = runner_factory
         self._free_memory = free_memory
+        self._free_host = free_host
         self._clock = clock
         self._may_stay = may_stay
         self._cpu_cores = cpu_cores
@@ -379,7 +383,7 @@ class Scheduler:
                 free = await asyncio.to_thread(self._free_memory, plan)  # a device probe: off the loop
                 need = (plan.vram_need or plan.size_vram) or plan.size
                 if not stopping and policy.never_fits(residents, need, free, vram=bool(plan.size_vram)):
-                    raise _insufficient(model, plan, need, free or 0, residents)
+                    raise _insufficient(model, need, free or 0, residents, vram=bool(plan.size_vram))
                 if policy.must_evict(residents, self.max_runners, need, free) or (
                         stopping and len(self.loaded) >= self.max_runners):
                     victim = policy.choose_victim(residents)
@@ -388,9 +392,33 @@ class Scheduler:
                         self._start_unload(self.loaded[victim.key], "evicted")
                     await self._changed.wait()
                     continue
+                if await self._host_short(model, plan, residents, stopping):
+                    await self._changed.wait()
+                    continue
                 loaded = self._new(model, plan, keep_alive)
                 self._ref(loaded, keep_alive)
                 return loaded
+
+    async def _host_short(self, model: Model, plan: LoadPlan, residents: list[policy.Resident],
+                          stopping: bool) -> bool:
+        """For a plan that offloads only part of the model: whether what stays in host memory (the layers left on
+        the CPU, the host buffers) does not fit in the RAM available now -- an idle runner holding RAM is evicted
+        for it, and the caller waits. Raises InsufficientMemory when it cannot fit even with every runner gone (as
+        Ollama refuses a partial offload larger than the system's memory, rather than let the kernel kill a
+        process)."""
+        need = plan.size - plan.size_vram if plan.size_vram else 0
+        if need <= 0:
+            return False
+        free = await asyncio.to_thread(self._free_host)  # a probe: off the loop
+        if free is None or need <= free:
+            return False
+        if not stopping and policy.never_fits(residents, need, free, vram=False):
+            raise _insufficient(model, need, free, residents, vram=False)
+        victim = None if stopping else policy.choose_victim([r for r in residents if r.held(False) > 0])
+        if victim is not None:  # (one runner stopping at a time: its memory comes back before the next look)
+            log.info("evicting %s to make room in host memory for %s", victim.name, getattr(model, "name", model))
+            self._start_unload(self.loaded[victim.key], "evicted")
+        return True
 
     def _new(self, model: Model, plan: LoadPlan, keep_alive: float | None) -> Loaded:
         name = str(getattr(getattr(model, "name", None), "short", getattr(model, "name", "model")))
@@ -542,10 +570,10 @@ async def _relay(loaded: Loaded, progress: Callable[[Loaded, LoadReport], None])
             log.exception("load progress listener failed")
 
 
-def _insufficient(model: Model, plan: LoadPlan, need: int, free: int,
-                  residents: list[policy.Resident]) -> InsufficientMemory:
-    kind = "GPU" if plan.size_vram else "system"
-    held = sum(r.held(bool(plan.size_vram)) for r in residents)
+def _insufficient(model: Model, need: int, free: int, residents: list[policy.Resident], *,
+                  vram: bool) -> InsufficientMemory:
+    kind = "GPU" if vram else "system"
+    held = sum(r.held(vram) for r in residents)
     name = getattr(getattr(model, "name", None), "short", getattr(model, "name", "model"))
     others = f", {_gib(held)} more held by the other loaded models" if held else ""
     return InsufficientMemory(f"model '{name}' requires more {kind} memory ({_gib(need)}) than is available "

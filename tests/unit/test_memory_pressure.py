@@ -140,6 +140,44 @@ async def test_a_fully_offloaded_model_is_judged_by_what_it_puts_on_the_gpus(tmp
         await sched.shutdown()
 
 
+async def test_a_partly_offloaded_model_must_fit_its_host_part_in_ram_too(tmp_path: Path) -> None:
+    """1000 MiB of which 400 on the GPU: 600 stay in host memory. The GPU has room; RAM has 500 MiB: refused at
+    once, as Ollama refuses it, before the kernel has to kill something."""
+    started: list[LoadPlan] = []
+    sched = scheduler(tmp_path, vram=(400 * MiB, 400 * MiB), free_memory=lambda plan: 8000 * MiB,
+                      free_host=lambda: 500 * MiB, on_start=lambda plan, r: started.append(plan))
+    try:
+        with pytest.raises(InsufficientMemory) as e:
+            await asyncio.wait_for(sched.load(model(tmp_path, "big"), {}, None), 10)
+        assert str(e.value) == "model 'big' requires more system memory (600.0 MiB) than is available (500.0 MiB free)"
+        assert not started and not sched.loaded and sched.pending == 0
+    finally:
+        await sched.shutdown()
+
+
+async def test_a_partly_offloaded_model_evicts_an_idle_runner_holding_ram_and_loads(tmp_path: Path) -> None:
+    runners: list[RunnerProcess] = []
+    plans: dict[int, LoadPlan] = {}
+
+    def on_start(plan: LoadPlan, runner: RunnerProcess) -> None:
+        runners.append(runner)
+        plans[id(runner)] = plan
+
+    def free_host() -> int:  # 1500 MiB of RAM, less what each live runner keeps in host memory
+        return 1500 * MiB - sum(plans[id(r)].size - plans[id(r)].size_vram for r in runners
+                                if r.pid and r.returncode is None)
+
+    sched = scheduler(tmp_path, vram=(400 * MiB, 400 * MiB), free_memory=lambda plan: 8000 * MiB,
+                      free_host=free_host, on_start=on_start, settings={"max_loaded_models": 3})
+    try:
+        await asyncio.wait_for(sched.load(model(tmp_path, "a"), {}, 600.0), 30)  # 600 MiB of RAM
+        await asyncio.wait_for(sched.load(model(tmp_path, "b"), {}, 600.0), 30)  # 600 more: 1200 of 1500
+        loaded = await asyncio.wait_for(sched.load(model(tmp_path, "c"), {}, 600.0), 30)  # one of them goes first
+        assert loaded.name == "c" and len(sched.loaded) == 2 and "c" in [e.name for e in sched.loaded.values()]
+    finally:
+        await sched.shutdown()
+
+
 async def test_a_load_that_needs_a_busy_runners_memory_waits_and_one_that_never_fits_fails_at_once(
         tmp_path: Path) -> None:
     runners: list[RunnerProcess] = []
