@@ -146,6 +146,8 @@ class ProcessModelResponse(TypedDict):
     active: int  # ours: requests holding one
     cache_ram: NotRequired[int]  # ours: bytes the runner's host prompt cache may hold (--cache-ram), part of size
     devices: NotRequired[dict[str, int]]  # ours: bytes llama-server put on each device (CPU, CUDA0, RPC0[host:port])
+    embedding: NotRequired[bool]  # ours, when true: the model's embeddings runner (llama-server --embeddings serves
+    # nothing else), beside its runner for generation when both were asked for
 
 
 class Tensor(TypedDict):

@@ -191,7 +191,8 @@ def list_table(models: Sequence[Mapping[str, Any]], now: dt.datetime, prefix: st
 def ps_table(models: Sequence[Mapping[str, Any]], now: dt.datetime, prefix: str = "") -> str:
     rows = [
         [m.get("name", ""), _short_id(m.get("digest", "")), human_bytes(m.get("size", 0)),
-         device_split(m.get("devices")) or processor(m.get("size", 0), m.get("size_vram", 0)),
+         (device_split(m.get("devices")) or processor(m.get("size", 0), m.get("size_vram", 0)))
+         + (" (embeddings)" if m.get("embedding") else ""),
          str(m.get("context_length", 0)),
          until(parse_time(m.get("expires_at")), now)]
         for m in models if m.get("model", m.get("name", "")).startswith(prefix)

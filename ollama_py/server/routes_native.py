@@ -433,6 +433,8 @@ def ps_entry(loaded: Loaded) -> ProcessModelResponse:
     }
     if loaded.devices:  # where llama-server put it: CPU, CUDA0, RPC0[host:port], ...
         entry["devices"] = loaded.devices
+    if loaded.plan.spec.embedding:  # the same name twice in a list is otherwise a puzzle
+        entry["embedding"] = True
     return entry
 
 

@@ -107,3 +107,16 @@ async def test_a_big_embed_request_goes_to_the_runner_in_batches_on_one_connecti
     sizes = [len(b["input"]) for b in map(json.loads, log_file.read_text().splitlines()) if "input" in b]
     assert sizes[:3] == [BATCH, BATCH, 3]
     assert (await runner_connections(app))["accepted"] <= 4
+
+
+async def test_ps_tells_a_models_embeddings_runner_from_its_generation_runner(fake_app, aiohttp_client):
+    """llama-server started with --embeddings serves only embeddings: a model asked for both runs two runners,
+    listed under its one name; the embeddings one says so."""
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    r = await client.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False})
+    assert r.status == 200, await r.text()
+    await embed_one(client, "hello")
+    models = (await (await client.get("/api/ps")).json())["models"]
+    assert sorted((m["name"], m.get("embedding", False)) for m in models) == [
+        ("tiny:latest", False), ("tiny:latest", True)]

@@ -136,6 +136,15 @@ def test_ps_table_like_ollama_ps() -> None:
     ]
 
 
+def test_ps_table_marks_a_models_embeddings_runner() -> None:
+    entry = {"name": "tiny:latest", "model": "tiny:latest", "digest": "f" * 64, "size": 209_000_000, "size_vram": 0,
+             "context_length": 4096, "expires_at": "2026-05-01T12:04:30Z"}
+    assert ps_table([entry, {**entry, "embedding": True}], NOW).splitlines()[1:] == [
+        "tiny:latest    ffffffffffff    209 MB    100% CPU                 4096       4 minutes from now",
+        "tiny:latest    ffffffffffff    209 MB    100% CPU (embeddings)    4096       4 minutes from now",
+    ]
+
+
 def test_ps_table_without_models_is_just_the_header() -> None:
     assert ps_table([], NOW) == "NAME    ID    SIZE    PROCESSOR    CONTEXT    UNTIL\n"
 

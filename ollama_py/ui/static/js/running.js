@@ -31,7 +31,7 @@ export function showRunning(models) {
     return h('tr', { 'data-model': m.name },
       h('td', {}, m.name),
       h('td', {}, bytes(m.size)),
-      h('td', { title: [m.devices || []].flat().join(', ') }, processor(m)),
+      h('td', { title: [m.devices || []].flat().join(', ') }, processor(m) + (m.embedding ? ' (embeddings)' : '')),
       h('td', {}, m.context_length ?? ''),
       h('td', {}, m.state ?? ''),
       h('td', { title: m.expires_at }, until(m.expires_at)),
