@@ -17,6 +17,7 @@ import click
 from ollama_py import __version__
 from ollama_py.cli import commands
 from ollama_py.cli.envvars import SERVE_VARS, epilog
+from ollama_py.cli.launch import launch
 from ollama_py.cli.rpc_worker import rpc_worker
 from ollama_py.cli.run import run
 from ollama_py.client import Client
@@ -153,6 +154,7 @@ cli.add_command(commands.list_, "list")
 cli.add_command(commands.ps)
 cli.add_command(commands.cp)
 cli.add_command(commands.rm)
+cli.add_command(launch)
 cli.add_command(rpc_worker)
 cli.add_command(config)
 

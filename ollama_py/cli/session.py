@@ -108,9 +108,11 @@ class LoadView:
         self.spinner.update(self.text)
 
 
-def load_model(client: Client, opts: RunOptions, spinner: bool = True) -> None:
+def load_model(client: Client, opts: RunOptions, spinner: bool = True) -> dict[str, Any]:
     """Load the model before the chat with /api/load, its progress on a spinner (LoadView). A server without
-    /api/load (Ollama's) gets Ollama's way: an empty chat (done_reason "load")."""
+    /api/load (Ollama's) gets Ollama's way: an empty chat (done_reason "load"). The last line: /api/load's is
+    the model's /api/ps entry (its context_length, ...)."""
+    last: dict[str, Any] = {}
     with LoadView(opts.model, Spinner(enabled=None if spinner else False)) as view:
         try:
             stream = client.load(opts.model, keep_alive=opts.keep_alive)
@@ -119,8 +121,10 @@ def load_model(client: Client, opts: RunOptions, spinner: bool = True) -> None:
         try:
             for event in stream:
                 view.handle(event)
+                last = event
         finally:
             stream.close()
+    return last
 
 
 def _chat_text(chunk: dict[str, Any]) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,31 @@ def test_codex_oss_answers_one_turn(serve: Callable[..., str], tmp_path: Path, a
     done = codex(tmp_path, agents_bin, workdir, f'oss_provider = "ollama"\n{CODEX_QUIET}', "--oss",
                  "-m", "tiny:latest", "say hi", CODEX_OSS_BASE_URL=f"{url}/v1")
     assert done.stdout.strip() == HELLO
+
+
+# -- ollama-py launch ------------------------------------------------------------------------------------------------
+
+def test_launch_runs_each_agent_configured_for_the_server(serve: Callable[..., str], tmp_path: Path,
+                                                          agents_bin: Path, workdir: Path) -> None:
+    """`ollama-py launch claude|codex` as `ollama launch` works: nothing to configure, the model loaded and named as
+    the server lists it, remembered for the next launch, arguments after `--` passed on."""
+    url = serve(HELLO)
+    home = tmp_path / "codex_home"
+    home.mkdir()
+    (home / "config.toml").write_text(CODEX_QUIET)
+    env = agent_env(tmp_path, agents_bin, OLLAMA_HOST=url, XDG_CONFIG_HOME=str(tmp_path / "config"),
+                    CODEX_HOME=str(home))
+    launch = [sys.executable, "-m", "ollama_py", "launch"]
+
+    claude = run_agent([*launch, "claude", "--model", "tiny", "--", "-p", "say hi"], workdir, env)
+    assert claude.stdout.strip() == HELLO
+    assert "Launching Claude Code with tiny:latest..." in claude.stderr
+    assert "runs with a 32768-token context" in claude.stderr  # under the 64k an agent wants: said how to raise
+
+    codex = run_agent([*launch, "codex", "--model", "tiny", "--", "exec", "--skip-git-repo-check", "--sandbox",
+                       "danger-full-access", "say hi"], workdir, env)
+    assert codex.stdout.strip() == HELLO
+    again = run_agent([*launch, "claude", "--", "-p", "say hi"], workdir, env)  # the model it used last time
+    assert again.stdout.strip() == HELLO and "with tiny:latest" in again.stderr
+    saved = json.loads((tmp_path / "config" / "ollama-py" / "launch.json").read_text())
+    assert saved == {"claude": {"model": "tiny:latest"}, "codex": {"model": "tiny:latest"}}

@@ -1,0 +1,210 @@
+"""`launch [INTEGRATION] [--model M] [--config] [--yes] [-- ARGS...]`: run a coding agent against this server, as
+Ollama's `ollama launch` does, with nothing for the user to configure.
+
+  claude   Claude Code: ANTHROPIC_BASE_URL at the server, ANTHROPIC_AUTH_TOKEN "ollama" (or the server's API
+           key, from OLLAMA_API_KEY), ANTHROPIC_API_KEY empty, CLAUDE_CODE_MAX_CONTEXT_TOKENS the model's context;
+           `claude --model M ARGS...`
+  codex    Codex CLI: its local-provider mode, `codex --oss --local-provider ollama -m M -c
+           model_context_window=N ARGS...`, with CODEX_OSS_BASE_URL at the server's /v1 (any OLLAMA_HOST)
+
+The model is loaded first (its progress shown), and the agent is told the context the server runs it with, the
+window it compacts its conversation by; a context under 64k tokens gets a note on how to raise it.
+
+The model: --model, else the one last used with that integration (kept in the user config dir's launch.json),
+else chosen from the server's models on a terminal. A model the server does not have is pulled, after a yes on
+a terminal (or with --yes). The name is passed as the server lists it (`tiny` -> `tiny:latest`): Codex compares
+it with /api/tags and pulls what it does not find there. The agent replaces this process (its exit status is
+the command's); `--config` only saves the choice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ollama_py.cli.commands import HOST_HELP, connect, same_model
+from ollama_py.cli.session import RunOptions, load_model
+from ollama_py.cli.session import pull as pull_model
+from ollama_py.client import Client
+from ollama_py.errors import NotFound, OllamaError
+
+
+@dataclass(frozen=True, slots=True)
+class Integration:
+    name: str
+    title: str
+    binary: str
+    install: str
+    argv: Callable[[str, int | None, Sequence[str]], list[str]]  # (model, its context, extra) -> arguments
+    env: Callable[[str, int | None, Mapping[str, str]], dict[str, str]]  # (server URL, context, environ) -> set
+
+
+def _claude_env(url: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": environ.get("OLLAMA_API_KEY") or "ollama",
+           "ANTHROPIC_API_KEY": ""}
+    if context and not environ.get("CLAUDE_CODE_MAX_CONTEXT_TOKENS"):
+        # the window it compacts by: a model it does not know is otherwise taken to hold a million tokens
+        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(context)
+    return env
+
+
+def _codex_argv(model: str, context: int | None, extra: Sequence[str]) -> list[str]:
+    window = ["-c", f"model_context_window={context}"] if context else []  # the window it compacts by
+    return ["--oss", "--local-provider", "ollama", "-m", model, *window, *extra]
+
+
+def _codex_env(url: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+    return {"CODEX_OSS_BASE_URL": f"{url}/v1"}
+
+
+INTEGRATIONS = {
+    "claude": Integration("claude", "Claude Code", "claude", "https://code.claude.com/docs/en/quickstart",
+                          lambda model, context, extra: ["--model", model, *extra], _claude_env),
+    "codex": Integration("codex", "Codex", "codex", "npm install -g @openai/codex", _codex_argv, _codex_env),
+}
+AGENT_CONTEXT = 64000  # tokens: less and an agent's own instructions and tools crowd out the work (Ollama's advice)
+
+
+def find_binary(integration: Integration, environ: Mapping[str, str]) -> str | None:
+    """The agent's executable: on PATH, else where its own installer puts it (Claude Code: ~/.claude/local)."""
+    found = shutil.which(integration.binary, path=environ.get("PATH"))
+    if found:
+        return found
+    if integration.name == "claude":
+        local = Path(environ.get("HOME") or Path.home()) / ".claude" / "local" / "claude"
+        if local.is_file() and os.access(local, os.X_OK):
+            return str(local)
+    return None
+
+
+def launch_command(integration: Integration, binary: str, model: str, context: int | None, extra: Sequence[str],
+                   url: str, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment the agent runs with (`context`: the tokens the model runs with, when known)."""
+    return [binary, *integration.argv(model, context, extra)], {**environ, **integration.env(url, context, environ)}
+
+
+# -- the saved choice ----------------------------------------------------------------------------------------------
+
+def saved_path(environ: Mapping[str, str]) -> Path:
+    import platformdirs  # noqa: PLC0415 - only when a command needs it
+
+    base = environ.get("XDG_CONFIG_HOME")
+    return (Path(base) / "ollama-py" if base else Path(platformdirs.user_config_dir("ollama-py"))) / "launch.json"
+
+
+def read_saved(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_model(path: Path, name: str, model: str) -> None:
+    """Remember `model` for integration `name` (written atomically: a crash leaves the old file or the new)."""
+    data = read_saved(path)
+    data[name] = {"model": model}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".launch-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- the command ---------------------------------------------------------------------------------------------------
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _choose(title: str, items: Sequence[tuple[str, str]]) -> str:
+    """A numbered choice on the terminal; the item's key."""
+    click.echo(title, err=True)
+    for i, (_key, label) in enumerate(items, 1):
+        click.echo(f"  {i}. {label}", err=True)
+    n = click.prompt("Number", type=click.IntRange(1, len(items)), err=True)
+    return items[n - 1][0]
+
+
+def resolve_model(client: Client, model: str, *, yes: bool) -> str:
+    """The model as the server lists it (pulled first when missing, after a yes)."""
+    try:
+        client.show(model)
+    except NotFound:
+        if not yes:
+            if not _interactive():
+                raise OllamaError(f"model '{model}' not found: pull it first (ollama-py pull {model}) "
+                                  "or pass --yes") from None
+            if not click.confirm(f"Download {model}?", default=True, err=True):
+                raise click.exceptions.Abort() from None
+        pull_model(client, model)
+    listed = [m.get("model") or m.get("name", "") for m in client.list().get("models", [])]
+    return next((name for name in listed if same_model(name, model)), model)
+
+
+def pick_model(client: Client) -> str:
+    models = [m.get("name", "") for m in client.list().get("models", [])]
+    if not models:
+        raise OllamaError("no models yet: pull one first (ollama-py pull MODEL)")
+    return _choose("Select a model:", [(m, m) for m in models])
+
+
+@click.command(short_help="Launch a coding agent (Claude Code, Codex) on this server", epilog=HOST_HELP)
+@click.argument("integration", required=False)
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@click.option("--model", "model", metavar="MODEL", help="Model to use (remembered for the next launch)")
+@click.option("--config", "config_only", is_flag=True, help="Choose and save the model without launching")
+@click.option("-y", "--yes", is_flag=True, help="Pull a missing model without asking (needs --model or a saved one)")
+def launch(integration: str | None, extra: tuple[str, ...], model: str | None, config_only: bool,
+           yes: bool) -> None:
+    """Run a coding agent against this server, configured for it: claude (Claude Code) or codex (Codex CLI).
+    Arguments after `--` go to the agent, e.g. `ollama-py launch claude --model qwen3 -- -p "explain this repo"`."""
+    environ = dict(os.environ)
+    if integration is None:
+        if not _interactive():
+            raise click.UsageError(f"which agent? ollama-py launch {'|'.join(INTEGRATIONS)}")
+        integration = _choose("Select an agent:", [(k, f"{k}  {v.title}") for k, v in INTEGRATIONS.items()])
+    chosen = INTEGRATIONS.get(integration.lower())
+    if chosen is None:
+        raise click.UsageError(f"unknown integration {integration!r}: one of {', '.join(INTEGRATIONS)}")
+    binary = find_binary(chosen, environ)
+    if binary is None and not config_only:
+        raise OllamaError(f"{chosen.binary} is not installed: {chosen.install}")
+
+    client = connect()
+    path = saved_path(environ)
+    model = model or read_saved(path).get(chosen.name, {}).get("model")
+    if not model:
+        if yes or not _interactive():
+            raise click.UsageError("no model: pass --model MODEL")
+        model = pick_model(client)
+    model = resolve_model(client, model, yes=yes)
+    save_model(path, chosen.name, model)
+    if config_only:
+        click.echo(f"{chosen.title} will use {model}: run 'ollama-py launch {chosen.name}' to start it", err=True)
+        return
+    assert binary is not None
+    # Loaded now (its progress shown), so the agent's first request does not wait, and it is told the context
+    # the server runs the model with.
+    context = load_model(client, RunOptions(model=model)).get("context_length")
+    context = context if isinstance(context, int) and context > 0 else None
+    if context is not None and context < AGENT_CONTEXT:
+        click.echo(f"Note: {model} runs with a {context}-token context; coding agents need {AGENT_CONTEXT} or "
+                   "more (start serve with OLLAMA_CONTEXT_LENGTH=65536, or give the model a num_ctx)", err=True)
+    argv, env = launch_command(chosen, binary, model, context, extra, client.base_url, environ)
+    click.echo(f"Launching {chosen.title} with {model}...", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(argv[0], argv, env)  # the agent takes this process over: its exit status is ours

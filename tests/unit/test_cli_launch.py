@@ -1,0 +1,150 @@
+"""`ollama-py launch` (cli/launch.py) against the fake server, up to the point where the agent would take the
+process over: what it is told (argv, environment), what is saved, and the errors a user can meet. The agents
+themselves run in tests/integration/test_agents_cli.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+from click.testing import CliRunner, Result
+
+from ollama_py.cli.launch import INTEGRATIONS, find_binary, launch_command
+from ollama_py.cli.main import cli
+from tests.helpers.fake_ollama import FakeOllama
+
+TAGS = {"models": [{"name": "qwen3:latest", "model": "qwen3:latest"}, {"name": "tiny:latest", "model": "tiny:latest"}]}
+
+
+def invoke(fake: FakeOllama, args: list[str], tmp_path: Path, **env: str) -> Result:
+    base = {"OLLAMA_HOST": fake.host, "OLLAMA_PY_DATA_DIR": str(tmp_path / "data"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"), "PATH": str(tmp_path / "bin")}
+    return CliRunner().invoke(cli, ["launch", *args], env={**base, **env}, catch_exceptions=False)
+
+
+def saved(tmp_path: Path) -> Any:
+    return json.loads((tmp_path / "config" / "ollama-py" / "launch.json").read_text())
+
+
+def test_claude_is_pointed_at_the_server_and_told_the_models_context() -> None:
+    argv, env = launch_command(INTEGRATIONS["claude"], "/bin/claude", "qwen3:latest", 65536, ["-p", "hi"],
+                               "http://127.0.0.1:11434", {"PATH": "/bin", "ANTHROPIC_API_KEY": "sk-real"})
+    assert argv == ["/bin/claude", "--model", "qwen3:latest", "-p", "hi"]
+    assert {k: env[k] for k in ("ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY",
+                                "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "PATH")} == {
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:11434", "ANTHROPIC_AUTH_TOKEN": "ollama", "ANTHROPIC_API_KEY": "",
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "65536", "PATH": "/bin"}
+    # a server that wants a key gets OLLAMA_API_KEY's; a window the user set stays theirs
+    _, env = launch_command(INTEGRATIONS["claude"], "/bin/claude", "m", 8192, [], "http://h:1",
+                            {"OLLAMA_API_KEY": "k1", "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "1000"})
+    assert (env["ANTHROPIC_AUTH_TOKEN"], env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"]) == ("k1", "1000")
+
+
+def test_codex_runs_its_local_provider_mode_at_the_servers_v1() -> None:
+    argv, env = launch_command(INTEGRATIONS["codex"], "/bin/codex", "qwen3:latest", 32768, ["exec", "hi"],
+                               "http://10.0.0.5:8080", {})
+    assert argv == ["/bin/codex", "--oss", "--local-provider", "ollama", "-m", "qwen3:latest",
+                    "-c", "model_context_window=32768", "exec", "hi"]
+    assert env == {"CODEX_OSS_BASE_URL": "http://10.0.0.5:8080/v1"}
+
+
+def test_claude_is_found_where_its_installer_puts_it(tmp_path: Path) -> None:
+    local = tmp_path / "home" / ".claude" / "local" / "claude"
+    local.parent.mkdir(parents=True)
+    local.write_text("#!/bin/sh\n")
+    local.chmod(0o755)
+    assert find_binary(INTEGRATIONS["claude"], {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")}) \
+        == str(local)
+    assert find_binary(INTEGRATIONS["codex"], {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")}) \
+        is None
+
+
+def test_config_saves_the_model_as_the_server_lists_it_without_launching(fake: FakeOllama, tmp_path: Path) -> None:
+    fake.on("POST", "/api/show", {"details": {}})
+    fake.on("GET", "/api/tags", TAGS)
+    result = invoke(fake, ["codex", "--model", "tiny", "--config"], tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Codex will use tiny:latest: run 'ollama-py launch codex' to start it" in result.stderr
+    assert saved(tmp_path) == {"codex": {"model": "tiny:latest"}}
+    assert not fake.bodies("POST", "/api/load")  # nothing loaded for a --config
+
+
+def test_a_missing_agent_is_named_with_how_to_install_it(fake: FakeOllama, tmp_path: Path) -> None:
+    result = invoke(fake, ["codex", "--model", "tiny"], tmp_path)
+    assert result.exit_code == 1
+    assert result.stderr == "Error: codex is not installed: npm install -g @openai/codex\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    pytest.param(["opencode"], "unknown integration 'opencode': one of claude, codex", id="unknown-agent"),
+    pytest.param([], "which agent? ollama-py launch claude|codex", id="no-agent-off-a-terminal"),
+    pytest.param(["claude", "--config"], "no model: pass --model MODEL", id="no-model-off-a-terminal"),
+])
+def test_what_cannot_be_asked_off_a_terminal_is_a_clear_error(fake: FakeOllama, tmp_path: Path, args: list[str],
+                                                              message: str) -> None:
+    fake.on("GET", "/api/tags", TAGS)
+    result = invoke(fake, args, tmp_path)
+    assert result.exit_code == 1 and result.stderr == f"Error: {message}\n"
+
+
+def test_a_missing_model_is_pulled_only_when_allowed(fake: FakeOllama, tmp_path: Path) -> None:
+    fake.on("POST", "/api/show", (404, {"error": "model 'qwen3' not found"}))
+    fake.on("GET", "/api/tags", TAGS)
+    refused = invoke(fake, ["claude", "--model", "qwen3", "--config"], tmp_path)
+    assert refused.exit_code == 1
+    assert refused.stderr == ("Error: model 'qwen3' not found: pull it first (ollama-py pull qwen3) "
+                              "or pass --yes\n")
+    assert not fake.bodies("POST", "/api/pull")
+    fake.on("POST", "/api/pull", [{"status": "pulling manifest"}, {"status": "success"}])
+    pulled = invoke(fake, ["claude", "--model", "qwen3", "--config", "--yes"], tmp_path)
+    assert pulled.exit_code == 0, pulled.output
+    assert [b["model"] for b in fake.bodies("POST", "/api/pull")] == ["qwen3"]
+    assert saved(tmp_path) == {"claude": {"model": "qwen3:latest"}}
+
+
+def spawn_launch(fake: FakeOllama, tmp_path: Path, *args: str) -> pexpect.spawn:
+    """`ollama-py launch ARGS` on a terminal (a pty), so it may ask."""
+    env = {"OLLAMA_HOST": fake.host, "OLLAMA_PY_DATA_DIR": str(tmp_path / "data"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "PATH": str(tmp_path / "bin"), "TERM": "dumb"}
+    return pexpect.spawn(sys.executable, ["-m", "ollama_py", "launch", *args], env=env, encoding="utf-8",
+                         timeout=30, dimensions=(40, 200))
+
+
+def test_on_a_terminal_the_agent_and_the_model_are_chosen_from_lists(fake: FakeOllama, tmp_path: Path) -> None:
+    fake.on("POST", "/api/show", {"details": {}})
+    fake.on("GET", "/api/tags", TAGS)
+    child = spawn_launch(fake, tmp_path, "--config")
+    child.expect_exact("Select an agent:")
+    child.expect_exact("2. codex  Codex")
+    child.sendline("2")
+    child.expect_exact("Select a model:")
+    child.expect_exact("2. tiny:latest")
+    child.sendline("2")
+    child.expect_exact("Codex will use tiny:latest")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert saved(tmp_path) == {"codex": {"model": "tiny:latest"}}
+
+
+def test_on_a_terminal_a_missing_model_is_pulled_once_the_user_says_yes(fake: FakeOllama, tmp_path: Path) -> None:
+    fake.on("POST", "/api/show", (404, {"error": "model 'qwen3' not found"}))
+    fake.on("GET", "/api/tags", TAGS)
+    fake.on("POST", "/api/pull", [{"status": "pulling manifest"}, {"status": "success"}])
+    child = spawn_launch(fake, tmp_path, "claude", "--model", "qwen3", "--config")
+    child.expect_exact("Download qwen3? [Y/n]")
+    child.sendline("n")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus != 0 and not fake.bodies("POST", "/api/pull")
+    child = spawn_launch(fake, tmp_path, "claude", "--model", "qwen3", "--config")
+    child.expect_exact("Download qwen3? [Y/n]")
+    child.sendline("y")
+    child.expect_exact("Claude Code will use qwen3:latest")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0 and [b["model"] for b in fake.bodies("POST", "/api/pull")] == ["qwen3"]
