@@ -59,6 +59,7 @@ class FairPool:
         self._cost: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.inline_runs = 0  # jobs run in their inline form, on the caller's loop
         self.inline_given_up = 0  # inline forms that failed (their limit, or an error) and went to the threads
+        self.thread_runs = 0  # jobs run in the threads
 
     async def run(self, key: int, fn: Callable[[], Any], *, inline: Callable[[], Any] | None = None) -> Any:
         """fn() in one of the threads, when the rules allow; its result (or exception) here. With `inline` (fn
@@ -83,6 +84,13 @@ class FairPool:
             return await job.future
         finally:
             job.dropped = True  # still waiting (we were cancelled): never started
+
+    def stats(self) -> dict[str, int]:
+        """The counts /metrics shows: jobs run inline and in the threads, inline forms given up, and the jobs
+        running and waiting now."""
+        with self._lock:
+            return {"inline": self.inline_runs, "thread": self.thread_runs, "given_up": self.inline_given_up,
+                    "running": self._running, "waiting": sum(1 for job in self._waiting if not job.dropped)}
 
     def inline_ok(self, key: int) -> bool:
         """Whether a job of `key` may run its inline form: its last job took under INLINE seconds."""
@@ -131,6 +139,7 @@ class FairPool:
             result, error = None, e
         took = time.monotonic() - started
         with self._lock:
+            self.thread_runs += 1
             self._running -= 1
             if not job.cheap:
                 self._costly_running -= 1

@@ -12,7 +12,9 @@ Three sources, one registry per `Metrics` (tests build many apps, so nothing is 
 - At scrape time: queue depth, each loaded model's state, queued/active requests, slots, RAM/VRAM and context;
   per-GPU memory when NVML sees a GPU; and each ready runner's own `/metrics` (llama-server `--metrics`),
   fetched concurrently and re-labelled with `model` and `runner` (completion|embedding) under llama.cpp's names
-  (`llamacpp:prompt_tokens_total{model="smollm2:135m",runner="completion"}`), so llama.cpp dashboards still work.
+  (`llamacpp:prompt_tokens_total{model="smollm2:135m",runner="completion"}`), so llama.cpp dashboards still work;
+  and template rendering: `ollama_template_renders_total{where="inline"|"thread"}`,
+  `ollama_template_inline_given_up_total`, `ollama_template_jobs{state="running"|"waiting"}`.
 
 Labels stay bounded: `model` is only ever a name that resolved to a stored model ("" otherwise), and a deleted
 model's series go with it (`forget_model`). The text is rendered in a thread, not on the event loop.
@@ -31,7 +33,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from ollama_py.errors import OllamaError
@@ -121,6 +123,7 @@ class _LiveState:
         m = self._metrics
         out: list[Metric] = list(self._scheduler(m.scheduler)) if m.scheduler is not None else []
         out += _merge(m.runner_families)
+        out += _templates()
         if m.gpus:
             out += _gpus(m.gpus)
         self._snapshot = out
@@ -177,6 +180,27 @@ class _LiveState:
                 allocated.add_metric([*key, device], size)
         yield from (depth, capacity, loaded_count, state, queued, active, slots, memory, context, allocated,
                     cache_ram)
+
+
+def _templates() -> Iterator[Metric]:
+    """Template rendering (server/rendering.py's fair pool): a growing `thread` count beside `inline` means renders
+    take the thread hop; a standing `waiting` means slow templates hold the threads."""
+    from ollama_py.server.rendering import pool_stats  # noqa: PLC0415 - jinja2 only once a scrape asks
+
+    stats = pool_stats()
+    renders = CounterMetricFamily("ollama_template_renders", "Template jobs (parse, render) by where they ran: "
+                                  "inline on the event loop (a template known to be cheap) or in the template "
+                                  "threads", labels=["where"])
+    renders.add_metric(["inline"], stats["inline"])
+    renders.add_metric(["thread"], stats["thread"])
+    given_up = CounterMetricFamily("ollama_template_inline_given_up", "Inline renders that passed their time limit "
+                                   "(or failed) and went to the threads")
+    given_up.add_metric([], stats["given_up"])
+    jobs = GaugeMetricFamily("ollama_template_jobs", "Template jobs in the threads now, running or waiting for one",
+                             labels=["state"])
+    jobs.add_metric(["running"], stats["running"])
+    jobs.add_metric(["waiting"], stats["waiting"])
+    yield from (renders, given_up, jobs)
 
 
 def _merge(per_runner: Iterable[list[Metric]]) -> Iterator[Metric]:

@@ -55,6 +55,11 @@ _INLINE_TOOLS = 16
 _GO_INLINE_LIMITS = dataclasses.replace(GO_LIMITS, seconds=INLINE_CAP)
 
 
+def pool_stats() -> dict[str, int]:
+    """The template threads' counts (FairPool.stats), for /metrics."""
+    return _POOL.stats()
+
+
 async def _off_loop(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     """fn(*args, **kwargs) in the template threads; its first argument (the template) is the fairness key."""
     return await _POOL.run(key_of(args[0]) if args else 0, functools.partial(fn, *args, **kwargs))

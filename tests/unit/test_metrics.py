@@ -393,3 +393,19 @@ LABELS = {"model": "m:latest", "runner": "completion"}
 def test_relabel(text: str, expected: list[tuple[str, str, list[tuple[str, dict[str, str], float]]]]) -> None:
     got = [(m.name, m.type, [(s.name, s.labels, s.value) for s in m.samples]) for m in relabel(text, LABELS)]
     assert got == expected
+
+
+async def test_template_renders_are_counted_by_where_they_ran(gateway: Any) -> None:
+    client = await gateway()
+    before = await scrape(client)
+    ran = sum(before.value("ollama_template_renders_total", where=w) for w in ("inline", "thread"))
+    for text in ("hi", "hello again"):
+        resp = await client.post("/api/chat", json={"model": "tiny", "stream": False,
+                                                    "messages": [{"role": "user", "content": text}]})
+        assert resp.status == 200, await resp.text()
+    after = await scrape(client)
+    assert sum(after.value("ollama_template_renders_total", where=w) for w in ("inline", "thread")) >= ran + 2
+    assert after.series("ollama_template_jobs") == [{"state": "running"}, {"state": "waiting"}]
+    assert after.value("ollama_template_jobs", state="running") == after.value("ollama_template_jobs",
+                                                                               state="waiting") == 0
+    assert after.series("ollama_template_inline_given_up_total") == [{}]
