@@ -184,24 +184,8 @@ def _input_messages(raw: Any) -> list[Message]:
             if role == "assistant" and pending_thinking:
                 msg["thinking"], pending_thinking = pending_thinking, ""
             out.append(msg)
-        elif kind == "function_call":
-            call = _function_call(item, i)
-            if out and out[-1]["role"] == "assistant":
-                out[-1].setdefault("tool_calls", []).append(call)
-            else:
-                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-            if pending_thinking:
-                out[-1]["thinking"], pending_thinking = pending_thinking, ""
-        elif kind == "custom_tool_call":
-            call = _custom_call(item, i)
-            if out and out[-1]["role"] == "assistant":
-                out[-1].setdefault("tool_calls", []).append(call)
-            else:
-                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-            if pending_thinking:
-                out[-1]["thinking"], pending_thinking = pending_thinking, ""
-        elif kind == "tool_search_call":
-            call = _search_call(item, i)
+        elif kind in _CALLS:  # a function's, a custom tool's or a tool search's call: the assistant's tool call
+            call = _CALLS[kind](item, i)
             if out and out[-1]["role"] == "assistant":
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -322,6 +306,9 @@ def _custom_call(item: dict[str, Any], i: int) -> ToolCall:
     if isinstance(item.get("call_id"), str):
         call["id"] = item["call_id"]
     return call
+
+
+_CALLS = {"function_call": _function_call, "custom_tool_call": _custom_call, "tool_search_call": _search_call}
 
 
 def _tool_name(messages: list[Message], call_id: str) -> str:
