@@ -6,6 +6,9 @@ Ollama's `ollama launch` does, with nothing for the user to configure.
            `claude --model M ARGS...`
   codex    Codex CLI: its local-provider mode, `codex --oss --local-provider ollama -m M -c
            model_context_window=N ARGS...`, with CODEX_OSS_BASE_URL at the server's /v1 (any OLLAMA_HOST)
+  opencode OpenCode: `opencode ARGS...` with OPENCODE_CONFIG_CONTENT holding a provider "ollama-py" at the
+           server's /v1, the model with its context as its limit, and it as the default model (the user's own
+           config files are not touched; their OPENCODE_CONFIG_CONTENT is kept, with this added)
 
 The model is loaded first (its progress shown), and the agent is told the context the server runs it with, the
 window it compacts its conversation by; a context under 64k tokens gets a note on how to raise it.
@@ -44,10 +47,10 @@ class Integration:
     binary: str
     install: str
     argv: Callable[[str, int | None, Sequence[str]], list[str]]  # (model, its context, extra) -> arguments
-    env: Callable[[str, int | None, Mapping[str, str]], dict[str, str]]  # (server URL, context, environ) -> set
+    env: Callable[[str, str, int | None, Mapping[str, str]], dict[str, str]]  # (URL, model, context, environ)
 
 
-def _claude_env(url: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+def _claude_env(url: str, model: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
     env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": environ.get("OLLAMA_API_KEY") or "ollama",
            "ANTHROPIC_API_KEY": ""}
     if context and not environ.get("CLAUDE_CODE_MAX_CONTEXT_TOKENS"):
@@ -61,14 +64,36 @@ def _codex_argv(model: str, context: int | None, extra: Sequence[str]) -> list[s
     return ["--oss", "--local-provider", "ollama", "-m", model, *window, *extra]
 
 
-def _codex_env(url: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+def _codex_env(url: str, model: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
     return {"CODEX_OSS_BASE_URL": f"{url}/v1"}
+
+
+def _opencode_env(url: str, model: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """OpenCode's inline config (OPENCODE_CONFIG_CONTENT, over the user's files, which stay untouched): a provider
+    at the server's /v1 with the model and its limits (without them OpenCode never compacts a custom model's
+    conversation), and the model as the default."""
+    try:
+        config = json.loads(environ.get("OPENCODE_CONFIG_CONTENT") or "{}")
+    except ValueError:
+        config = {}
+    config = config if isinstance(config, dict) else {}
+    entry: dict[str, object] = {"name": model}
+    if context:
+        entry["limit"] = {"context": context, "output": min(context // 4, 32768)}
+    providers = config.get("provider")
+    config["provider"] = {**(providers if isinstance(providers, dict) else {}), "ollama-py": {
+        "npm": "@ai-sdk/openai-compatible", "name": "ollama-py", "options": {"baseURL": f"{url}/v1"},
+        "models": {model: entry}}}
+    config["model"] = f"ollama-py/{model}"
+    return {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
 
 
 INTEGRATIONS = {
     "claude": Integration("claude", "Claude Code", "claude", "https://code.claude.com/docs/en/quickstart",
                           lambda model, context, extra: ["--model", model, *extra], _claude_env),
     "codex": Integration("codex", "Codex", "codex", "npm install -g @openai/codex", _codex_argv, _codex_env),
+    "opencode": Integration("opencode", "OpenCode", "opencode", "npm install -g opencode-ai",
+                            lambda model, context, extra: list(extra), _opencode_env),
 }
 AGENT_CONTEXT = 64000  # tokens: less and an agent's own instructions and tools crowd out the work (Ollama's advice)
 
@@ -88,7 +113,8 @@ def find_binary(integration: Integration, environ: Mapping[str, str]) -> str | N
 def launch_command(integration: Integration, binary: str, model: str, context: int | None, extra: Sequence[str],
                    url: str, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """The argv and environment the agent runs with (`context`: the tokens the model runs with, when known)."""
-    return [binary, *integration.argv(model, context, extra)], {**environ, **integration.env(url, context, environ)}
+    return [binary, *integration.argv(model, context, extra)], {**environ,
+                                                                **integration.env(url, model, context, environ)}
 
 
 # -- the saved choice ----------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The real coding agents against `serve` (issue 37): Claude Code (`claude -p`, Anthropic's /v1/messages) and
 OpenAI's Codex CLI (`codex exec` with a provider on /v1, wire_api "responses", and `codex exec --oss`, which asks
-/api/version, /api/tags and then /v1/responses), each installed from npm at a pinned version by
-scripts/fetch_agents.sh. The model is the fake llama-server scripted to answer: a plain turn, and a tool round trip
+/api/version, /api/tags and then /v1/responses), and all three with OpenCode through `ollama-py launch`, each
+installed from npm at a pinned version by scripts/fetch_agents.sh. The model is the fake llama-server scripted to answer: a plain turn, and a tool round trip
 (the model calls the agent's own file-reading tool, the agent runs it and sends the result back, the model answers
 from it). Telemetry, auto-update and analytics off; each agent gets a HOME of its own.
 
@@ -276,5 +276,12 @@ def test_launch_runs_each_agent_configured_for_the_server(serve: Callable[..., s
     assert codex.stdout.strip() == HELLO
     again = run_agent([*launch, "claude", "--", "-p", "say hi"], workdir, env)  # the model it used last time
     assert again.stdout.strip() == HELLO and "with tiny:latest" in again.stderr
+
+    opencode = run_agent([*launch, "opencode", "--model", "tiny", "--", "run", "say hi"], workdir,
+                         {**env, "OPENCODE_DISABLE_AUTOUPDATE": "1"})
+    assert HELLO in opencode.stdout
+    # its model entry's limits came from the context the server runs the model with: its answers may be 1/4 of it
+    assert json.loads((tmp_path / "runner_requests.jsonl").read_text().splitlines()[-1])["n_predict"] == 8192
     saved = json.loads((tmp_path / "config" / "ollama-py" / "launch.json").read_text())
-    assert saved == {"claude": {"model": "tiny:latest"}, "codex": {"model": "tiny:latest"}}
+    assert saved == {"claude": {"model": "tiny:latest"}, "codex": {"model": "tiny:latest"},
+                     "opencode": {"model": "tiny:latest"}}

@@ -52,6 +52,19 @@ def test_codex_runs_its_local_provider_mode_at_the_servers_v1() -> None:
     assert env == {"CODEX_OSS_BASE_URL": "http://10.0.0.5:8080/v1"}
 
 
+def test_opencode_gets_a_provider_at_the_server_in_its_inline_config_beside_the_users() -> None:
+    mine = {"provider": {"other": {"npm": "x"}}, "theme": "dark"}
+    argv, env = launch_command(INTEGRATIONS["opencode"], "/bin/opencode", "qwen3:latest", 65536, ["run", "hi"],
+                               "http://127.0.0.1:11434", {"OPENCODE_CONFIG_CONTENT": json.dumps(mine)})
+    assert argv == ["/bin/opencode", "run", "hi"]
+    assert json.loads(env["OPENCODE_CONFIG_CONTENT"]) == {
+        "theme": "dark", "model": "ollama-py/qwen3:latest",
+        "provider": {"other": {"npm": "x"}, "ollama-py": {
+            "npm": "@ai-sdk/openai-compatible", "name": "ollama-py",
+            "options": {"baseURL": "http://127.0.0.1:11434/v1"},
+            "models": {"qwen3:latest": {"name": "qwen3:latest", "limit": {"context": 65536, "output": 16384}}}}}}
+
+
 def test_claude_is_found_where_its_installer_puts_it(tmp_path: Path) -> None:
     local = tmp_path / "home" / ".claude" / "local" / "claude"
     local.parent.mkdir(parents=True)
@@ -80,8 +93,8 @@ def test_a_missing_agent_is_named_with_how_to_install_it(fake: FakeOllama, tmp_p
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    pytest.param(["opencode"], "unknown integration 'opencode': one of claude, codex", id="unknown-agent"),
-    pytest.param([], "which agent? ollama-py launch claude|codex", id="no-agent-off-a-terminal"),
+    pytest.param(["droid"], "unknown integration 'droid': one of claude, codex, opencode", id="unknown-agent"),
+    pytest.param([], "which agent? ollama-py launch claude|codex|opencode", id="no-agent-off-a-terminal"),
     pytest.param(["claude", "--config"], "no model: pass --model MODEL", id="no-model-off-a-terminal"),
 ])
 def test_what_cannot_be_asked_off_a_terminal_is_a_clear_error(fake: FakeOllama, tmp_path: Path, args: list[str],
