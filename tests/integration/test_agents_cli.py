@@ -1,9 +1,10 @@
 """The real coding agents against `serve` (issue 37): Claude Code (`claude -p`, Anthropic's /v1/messages) and
 OpenAI's Codex CLI (`codex exec` with a provider on /v1, wire_api "responses", and `codex exec --oss`, which asks
 /api/version, /api/tags and then /v1/responses), and all three with OpenCode through `ollama-py launch`, each
-installed from npm at a pinned version by scripts/fetch_agents.sh. The model is the fake llama-server scripted to answer: a plain turn, and a tool round trip
-(the model calls the agent's own file-reading tool, the agent runs it and sends the result back, the model answers
-from it). Telemetry, auto-update and analytics off; each agent gets a HOME of its own.
+installed from npm at a pinned version by scripts/fetch_agents.sh. The model is the fake llama-server scripted to
+answer: a plain turn, and a tool round trip (the model calls the agent's own file-reading tool, the agent runs it
+and sends the result back, the model answers from it). Telemetry, auto-update and analytics off; each agent gets
+a HOME of its own.
 
 Skipped only where npm or its registry is not reachable (fetch_agents.sh exits 2 then).
 """
