@@ -193,9 +193,10 @@ def _system(value: Any, where: str = "system") -> str:
 
 
 def _tools(raw: Any, choice: Any) -> list[Tool] | None:
-    """Client tools as functions. Anthropic's server-side web search (type web_search_*) is run by Ollama on
-    ollama.com; ollama-py makes no connection its operator did not choose, so the tool is not offered to the model
-    (which answers from what it has, or with the client's own tools). tool_choice {"type": "none"}: no tools."""
+    """Client tools as functions (Anthropic's schema-less text_editor, bash and memory tools with the input they
+    take: _schema_less). Anthropic's server-side web search (type web_search_*) is run by Ollama on ollama.com;
+    ollama-py makes no connection its operator did not choose, so the tool is not offered to the model (which
+    answers from what it has, or with the client's own tools). tool_choice {"type": "none"}: no tools."""
     if not raw:
         return None
     if not isinstance(raw, list):
@@ -212,9 +213,49 @@ def _tools(raw: Any, choice: Any) -> list[Tool] | None:
         schema = t.get("input_schema")
         if schema is not None and not isinstance(schema, dict):
             raise BadRequest(f"invalid input_schema for tool {json.dumps(t['name'])}")
-        out.append({"type": "function", "function": {"name": t["name"], "description": t.get("description") or "",
+        described = _schema_less(str(t.get("type") or "")) if schema is None else None
+        description, schema = described or (t.get("description") or "", schema)
+        out.append({"type": "function", "function": {"name": t["name"], "description": description,
                                                      "parameters": schema or {"type": "object", "properties": {}}}})
     return out or None
+
+
+_EDITOR_COMMANDS = ["view", "create", "str_replace", "insert"]
+_FILE_FIELDS = {
+    "path": {"type": "string", "description": "Absolute path to the file or directory"},
+    "file_text": {"type": "string", "description": "create: the whole content of the new file"},
+    "old_str": {"type": "string", "description": "str_replace: the exact text to replace, unique in the file"},
+    "new_str": {"type": "string", "description": "str_replace: the text to put in its place; insert: the text"},
+    "insert_line": {"type": "integer", "description": "insert: the line after which to insert (0: the start)"},
+    "view_range": {"type": "array", "items": {"type": "integer"},
+                   "description": "view: [first, last] line, 1-based; -1 as last: to the end"},
+}
+
+
+def _schema_less(kind: str) -> tuple[str, dict[str, Any]] | None:
+    """Anthropic's client tools that come without an input_schema (the model behind that API knows them): the
+    description and schema a local model needs to call them, as Anthropic documents their input. None for
+    another type (offered as declared)."""
+    if kind.startswith("text_editor_"):
+        commands = _EDITOR_COMMANDS if kind >= "text_editor_20250429" else [*_EDITOR_COMMANDS, "undo_edit"]
+        return ("View, create and edit text files: view shows a file with line numbers (or lists a directory), "
+                "create writes a new file, str_replace replaces one exact, unique string, insert adds text after "
+                "a line.", {"type": "object", "required": ["command", "path"], "properties": {
+                    "command": {"type": "string", "enum": commands}, **_FILE_FIELDS}})
+    if kind.startswith("bash_"):
+        return ("Run a command in a persistent bash shell; its output comes back.", {
+            "type": "object", "properties": {
+                "command": {"type": "string", "description": "The bash command to run"},
+                "restart": {"type": "boolean", "description": "Restart the shell instead of running a command"}}})
+    if kind.startswith("memory_"):
+        return ("A memory directory (/memories) kept across conversations: view, create, str_replace, insert, "
+                "delete or rename its files.", {"type": "object", "required": ["command"], "properties": {
+                    "command": {"type": "string",
+                                "enum": ["view", "create", "str_replace", "insert", "delete", "rename"]},
+                    **_FILE_FIELDS, "insert_text": {"type": "string", "description": "insert: the text"},
+                    "old_path": {"type": "string", "description": "rename: the current path"},
+                    "new_path": {"type": "string", "description": "rename: the new path"}}})
+    return None
 
 
 def _estimate_tokens(body: dict[str, Any]) -> int:

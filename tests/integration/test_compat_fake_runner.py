@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -25,6 +26,9 @@ OAI_TOOLS = [{"type": "function", "function": {"name": "get_weather", "descripti
 ANT_TOOLS = [{"name": "get_weather", "description": "The weather in a city",
               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
+TOOLS_GO_TEMPLATE = ("{{ if .Tools }}{{ json .Tools }}{{ end }}{{ range .Messages }}{{ .Content }}{{ range .ToolCalls }}"
+                     '<tool_call>{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}'
+                     "</tool_call>{{ end }}{{ end }}")
 # A GGUF chat template that mentions tools gives the model the "tools" capability.
 TOOLS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
 
@@ -97,6 +101,26 @@ async def test_anthropic_tool_use(base_url: Callable[..., Any]) -> None:
         streamed = await stream.get_final_message()
     assert streamed.stop_reason == "tool_use"
     assert [(b.type, b.name, b.input) for b in streamed.content] == [("tool_use", "get_weather", {"city": "Paris"})]
+
+
+async def test_anthropic_text_editor_tool_declared_without_a_schema_is_called(base_url: Callable[..., Any],
+                                                                             tmp_path: Path) -> None:
+    """The SDK's text editor tool ({"type": "text_editor_20250728", "name": ...}, no input_schema): the model is
+    offered its documented input and its call comes back as a tool_use the SDK's tool runner can execute."""
+    log = tmp_path / "requests.jsonl"
+    call = {"name": "str_replace_based_edit_tool", "arguments": {"command": "view", "path": "/repo/main.py"}}
+    url = await base_url(FAKE_REPLY=f"<tool_call>{json.dumps(call)}</tool_call>", FAKE_LOG_FILE=str(log))
+    async with aiohttp.ClientSession() as session:  # a model whose template shows the model its tools
+        async with session.post(url + "/api/create", json={"model": "tools", "from": "tiny", "stream": False,
+                                                           "template": TOOLS_GO_TEMPLATE}) as resp:
+            assert resp.status == 200, await resp.text()
+    client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
+    msg = await client.messages.create(model="tools", max_tokens=64, messages=ASK, tools=[
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}])
+    [block] = msg.content
+    assert (block.type, block.name, block.input) == ("tool_use", "str_replace_based_edit_tool",
+                                                     {"command": "view", "path": "/repo/main.py"})
+    assert "insert_line" in json.loads(log.read_text().splitlines()[-1])["prompt"]  # its input reached the model
 
 
 async def test_runner_crash_mid_stream_reaches_the_openai_client(base_url: Callable[..., Any]) -> None:

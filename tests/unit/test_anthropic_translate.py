@@ -143,6 +143,27 @@ def test_tool_choice_none_and_server_web_search() -> None:
     assert params.tools is None
 
 
+def test_anthropics_schema_less_client_tools_are_offered_with_the_input_they_take() -> None:
+    """text_editor, bash and memory come without an input_schema (Anthropic's models know them): a local model is
+    told what they take, as Anthropic documents it; a tool of another type goes as declared."""
+    tools = [{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool", "max_characters": 10000},
+             {"type": "text_editor_20250124", "name": "str_replace_editor"},
+             {"type": "bash_20250124", "name": "bash"},
+             {"type": "memory_20250818", "name": "memory"},
+             {"type": "custom", "name": "lookup", "description": "Looks up", "input_schema": {"type": "object"}}]
+    params = ant.parse_messages({**BASE, "messages": [{"role": "user", "content": "hi"}], "tools": tools})
+    fns = {t["function"]["name"]: t["function"] for t in params.tools or []}
+    editor = fns["str_replace_based_edit_tool"]["parameters"]
+    assert editor["required"] == ["command", "path"]
+    assert editor["properties"]["command"]["enum"] == ["view", "create", "str_replace", "insert"]
+    assert {"old_str", "new_str", "file_text", "insert_line", "view_range"} <= set(editor["properties"])
+    assert "undo_edit" in fns["str_replace_editor"]["parameters"]["properties"]["command"]["enum"]
+    assert set(fns["bash"]["parameters"]["properties"]) == {"command", "restart"}
+    assert "rename" in fns["memory"]["parameters"]["properties"]["command"]["enum"]
+    assert all(fns[n]["description"] for n in ("str_replace_based_edit_tool", "bash", "memory"))
+    assert fns["lookup"] == {"name": "lookup", "description": "Looks up", "parameters": {"type": "object"}}
+
+
 def test_blocks_tool_use_and_tool_result() -> None:
     img = base64.b64encode(b"fake image").decode()
     params = ant.parse_messages({**BASE, "tools": [
