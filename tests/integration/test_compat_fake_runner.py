@@ -27,8 +27,8 @@ ANT_TOOLS = [{"name": "get_weather", "description": "The weather in a city",
               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 TOOLS_GO_TEMPLATE = ("{{ if .Tools }}{{ json .Tools }}{{ end }}{{ range .Messages }}{{ .Content }}"
-                     '{{ range .ToolCalls }}<tool_call>{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}'
-                     "</tool_call>{{ end }}{{ end }}")
+                     '{{ range .ToolCalls }}<tool_call>{"name": "{{ .Function.Name }}", '
+                     '"arguments": {{ json .Function.Arguments }}}</tool_call>{{ end }}{{ end }}')
 # A GGUF chat template that mentions tools gives the model the "tools" capability.
 TOOLS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
 
