@@ -110,10 +110,9 @@ async def test_anthropic_text_editor_tool_declared_without_a_schema_is_called(ba
     log = tmp_path / "requests.jsonl"
     call = {"name": "str_replace_based_edit_tool", "arguments": {"command": "view", "path": "/repo/main.py"}}
     url = await base_url(FAKE_REPLY=f"<tool_call>{json.dumps(call)}</tool_call>", FAKE_LOG_FILE=str(log))
-    async with aiohttp.ClientSession() as session:  # a model whose template shows the model its tools
-        async with session.post(url + "/api/create", json={"model": "tools", "from": "tiny", "stream": False,
-                                                           "template": TOOLS_GO_TEMPLATE}) as resp:
-            assert resp.status == 200, await resp.text()
+    create = {"model": "tools", "from": "tiny", "stream": False, "template": TOOLS_GO_TEMPLATE}
+    async with aiohttp.ClientSession() as session, session.post(url + "/api/create", json=create) as resp:
+        assert resp.status == 200, await resp.text()  # a model whose template shows the model its tools
     client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
     msg = await client.messages.create(model="tools", max_tokens=64, messages=ASK, tools=[
         {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}])
