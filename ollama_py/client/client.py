@@ -168,17 +168,23 @@ def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Client:
-    """Synchronous client for one server. `host`: an OLLAMA_HOST-style string or a Host; None reads OLLAMA_HOST."""
+    """Synchronous client for one server. `host`: an OLLAMA_HOST-style string or a Host; None reads OLLAMA_HOST.
+    `api_key`: sent as `Authorization: Bearer` (a server started with OLLAMA_API_KEYS asks for one); None reads
+    OLLAMA_API_KEY, as the `ollama` Python client does."""
 
     def __init__(self, host: str | Host | None = None, *, connect_timeout: float = 5.0,
-                 read_timeout: float | None = None) -> None:
+                 read_timeout: float | None = None, api_key: str | None = None) -> None:
         if host is None:
             host = os.environ.get("OLLAMA_HOST", "")
+        if api_key is None:
+            api_key = os.environ.get("OLLAMA_API_KEY", "")
         self.host = host if isinstance(host, Host) else parse_host(host)
         self.base_url = self.host.url
         self.timeout = (connect_timeout, read_timeout)
         self._session = requests.Session()
         self._session.headers["User-Agent"] = f"ollama-py/{__version__}"
+        if api_key:
+            self._session.headers["Authorization"] = f"Bearer {api_key}"
         # Go's client never proxies loopback; requests would send 127.0.0.1 through HTTP_PROXY.
         if self.host.is_loopback:
             self._session.trust_env = False
@@ -215,7 +221,10 @@ class Client:
                 body = b""
             finally:
                 response.close()
-            raise error_for_status(response.status_code, body, response.reason or "")
+            exc = error_for_status(response.status_code, body, response.reason or "")
+            if response.status_code == 401 and "Authorization" not in self._session.headers:
+                exc.message = f"{exc.message}: this server asks for an API key (set OLLAMA_API_KEY to one of its keys)"
+            raise exc
         return response
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:

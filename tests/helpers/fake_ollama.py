@@ -23,6 +23,7 @@ class FakeOllama:
     def __init__(self) -> None:
         self.routes: dict[tuple[str, str], Reply] = {("HEAD", "/"): b"", ("GET", "/"): b"Ollama is running"}
         self.requests: list[tuple[str, str, Any]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self.blobs: dict[str, bytes] = {}
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -42,6 +43,7 @@ class FakeOllama:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         path = request.path
+        self.authorizations.append(request.headers.get("Authorization"))
         if path.startswith("/api/blobs/") and request.method == "POST":
             digest = path.removeprefix("/api/blobs/")
             self.blobs[digest] = raw

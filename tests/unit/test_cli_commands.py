@@ -366,3 +366,20 @@ def test_a_bad_config_file_is_one_error_line_naming_it(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["list"], env={"OLLAMA_HOST": None, "OLLAMA_PY_CONFIG": str(config)})
     assert result.exit_code == 1
     assert result.stderr.startswith(f"Error: {config}:2: server.host")
+
+
+def test_the_api_key_in_ollama_api_key_is_sent_and_a_401_says_what_to_set(fake: FakeOllama, tmp_path: Path) -> None:
+    """A server started with OLLAMA_API_KEYS: the CLI sends OLLAMA_API_KEY as a Bearer token, as the `ollama`
+    Python client does; without one, the 401 says what to set."""
+    def run(key: str | None) -> Result:
+        env = {"OLLAMA_HOST": fake.host, "OLLAMA_PY_DATA_DIR": str(tmp_path / "data"), "OLLAMA_API_KEY": key}
+        return CliRunner().invoke(cli, ["list"], env=env, catch_exceptions=False)
+
+    fake.on("GET", "/api/tags", {"models": []})
+    assert run("k-123").exit_code == 0
+    assert fake.authorizations[-1] == "Bearer k-123"
+    fake.on("GET", "/api/tags", (401, {"error": "unauthorized"}))
+    refused = run(None)
+    assert refused.exit_code == 1
+    assert refused.stderr == ("Error: unauthorized: this server asks for an API key (set OLLAMA_API_KEY to one of "
+                              "its keys)\n")
