@@ -22,7 +22,7 @@ from ollama_py.config import Settings
 from ollama_py.errors import InvalidModelName, OllamaError
 from ollama_py.modelfile import decode_modelfile, parse_modelfile
 
-HOST_HELP = epilog("OLLAMA_HOST")
+HOST_HELP = epilog("OLLAMA_HOST", "OLLAMA_API_KEY")
 
 
 def client_settings() -> Settings:

@@ -22,6 +22,7 @@ DESCRIPTIONS: dict[str, str] = {
     "OLLAMA_REQUEST_TIMEOUT": 'How long a runner may send nothing mid-request before it is replaced (default "10m")',
     "OLLAMA_RUNNERS_DIR": "Directory holding the llama-server builds (default: runners/ in the source tree)",
     "OLLAMA_API_KEYS": "Comma separated keys clients must send as Bearer tokens (default: none required)",
+    "OLLAMA_API_KEY": "The key this client sends to a server that asks for one (OLLAMA_API_KEYS)",
     "OLLAMA_RPC_SERVERS": "Comma separated llama.cpp RPC servers (host:port) to offload layers to",
     "OLLAMA_PY_DATA_DIR": "Directory for server.log and the REPL history (default: the user data dir)",
     "OLLAMA_NOHISTORY": "Do not preserve readline history",

@@ -61,7 +61,8 @@ def _replay(messages: list[dict[str, Any]], wordwrap: bool) -> None:
             click.echo("\n")
 
 
-@click.command(cls=RunCommand, short_help="Run a model", epilog=epilog("OLLAMA_HOST", "OLLAMA_NOHISTORY"))
+@click.command(cls=RunCommand, short_help="Run a model", epilog=epilog("OLLAMA_HOST", "OLLAMA_API_KEY",
+                                                                                          "OLLAMA_NOHISTORY"))
 @click.argument("model")
 @click.argument("prompt", nargs=-1)
 @click.option("--keepalive", metavar="DURATION", help="Duration to keep a model loaded (e.g. 5m)")
