@@ -5,10 +5,13 @@ Ollama's `ollama launch` does, with nothing for the user to configure.
            key, from OLLAMA_API_KEY), ANTHROPIC_API_KEY empty, CLAUDE_CODE_MAX_CONTEXT_TOKENS the model's context;
            `claude --model M ARGS...`
   codex    Codex CLI: its local-provider mode, `codex --oss --local-provider ollama -m M -c
-           model_context_window=N ARGS...`, with CODEX_OSS_BASE_URL at the server's /v1 (any OLLAMA_HOST)
+           model_context_window=N ARGS...`, with CODEX_OSS_BASE_URL at the server's /v1 (any OLLAMA_HOST); with
+           an OLLAMA_API_KEY, a provider of its own (-c model_providers.ollama-py=..., env_key OLLAMA_API_KEY)
+           instead, since --oss sends no key
   opencode OpenCode: `opencode ARGS...` with OPENCODE_CONFIG_CONTENT holding a provider "ollama-py" at the
-           server's /v1, the model with its context as its limit, and it as the default model (the user's own
-           config files are not touched; their OPENCODE_CONFIG_CONTENT is kept, with this added)
+           server's /v1 (with OLLAMA_API_KEY as its apiKey), the model with its context as its limit, and it as
+           the default model (the user's own config files are not touched; their OPENCODE_CONFIG_CONTENT is
+           kept, with this added)
 
 The model is loaded first (its progress shown), and the agent is told the context the server runs it with, the
 window it compacts its conversation by; a context under 64k tokens gets a note on how to raise it.
@@ -41,59 +44,70 @@ from ollama_py.errors import NotFound, OllamaError
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """What an agent is pointed at: the server, the model as it lists it, the context the model runs with (when
+    known), the key to send (OLLAMA_API_KEY, for a server started with OLLAMA_API_KEYS) and the environment."""
+
+    url: str
+    model: str
+    context: int | None
+    key: str
+    environ: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class Integration:
     name: str
     title: str
     binary: str
     install: str
-    argv: Callable[[str, int | None, Sequence[str]], list[str]]  # (model, its context, extra) -> arguments
-    env: Callable[[str, str, int | None, Mapping[str, str]], dict[str, str]]  # (URL, model, context, environ)
+    setup: Callable[[Target, Sequence[str]], tuple[list[str], dict[str, str]]]  # -> its arguments, env to set
 
 
-def _claude_env(url: str, model: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
-    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": environ.get("OLLAMA_API_KEY") or "ollama",
-           "ANTHROPIC_API_KEY": ""}
-    if context and not environ.get("CLAUDE_CODE_MAX_CONTEXT_TOKENS"):
+def _claude(t: Target, extra: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    env = {"ANTHROPIC_BASE_URL": t.url, "ANTHROPIC_AUTH_TOKEN": t.key or "ollama", "ANTHROPIC_API_KEY": ""}
+    if t.context and not t.environ.get("CLAUDE_CODE_MAX_CONTEXT_TOKENS"):
         # the window it compacts by: a model it does not know is otherwise taken to hold a million tokens
-        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(context)
-    return env
+        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(t.context)
+    return ["--model", t.model, *extra], env
 
 
-def _codex_argv(model: str, context: int | None, extra: Sequence[str]) -> list[str]:
-    window = ["-c", f"model_context_window={context}"] if context else []  # the window it compacts by
-    return ["--oss", "--local-provider", "ollama", "-m", model, *window, *extra]
+def _codex(t: Target, extra: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Its local-provider mode; with a key, a provider of its own at the server (--oss sends none)."""
+    window = ["-c", f"model_context_window={t.context}"] if t.context else []  # the window it compacts by
+    if not t.key:
+        return ["--oss", "--local-provider", "ollama", "-m", t.model, *window, *extra], \
+            {"CODEX_OSS_BASE_URL": f"{t.url}/v1"}
+    provider = (f'{{name="ollama-py", base_url={json.dumps(t.url + "/v1")}, wire_api="responses", '
+                'env_key="OLLAMA_API_KEY"}')
+    return ["-c", 'model_provider="ollama-py"', "-c", f"model_providers.ollama-py={provider}", "-m", t.model,
+            *window, *extra], {"OLLAMA_API_KEY": t.key}
 
 
-def _codex_env(url: str, model: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
-    return {"CODEX_OSS_BASE_URL": f"{url}/v1"}
-
-
-def _opencode_env(url: str, model: str, context: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+def _opencode(t: Target, extra: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """OpenCode's inline config (OPENCODE_CONFIG_CONTENT, over the user's files, which stay untouched): a provider
     at the server's /v1 with the model and its limits (without them OpenCode never compacts a custom model's
     conversation), and the model as the default."""
     try:
-        config = json.loads(environ.get("OPENCODE_CONFIG_CONTENT") or "{}")
+        config = json.loads(t.environ.get("OPENCODE_CONFIG_CONTENT") or "{}")
     except ValueError:
         config = {}
     config = config if isinstance(config, dict) else {}
-    entry: dict[str, object] = {"name": model}
-    if context:
-        entry["limit"] = {"context": context, "output": min(context // 4, 32768)}
+    entry: dict[str, object] = {"name": t.model}
+    if t.context:
+        entry["limit"] = {"context": t.context, "output": min(t.context // 4, 32768)}
+    options = {"baseURL": f"{t.url}/v1", **({"apiKey": t.key} if t.key else {})}
     providers = config.get("provider")
     config["provider"] = {**(providers if isinstance(providers, dict) else {}), "ollama-py": {
-        "npm": "@ai-sdk/openai-compatible", "name": "ollama-py", "options": {"baseURL": f"{url}/v1"},
-        "models": {model: entry}}}
-    config["model"] = f"ollama-py/{model}"
-    return {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+        "npm": "@ai-sdk/openai-compatible", "name": "ollama-py", "options": options, "models": {t.model: entry}}}
+    config["model"] = f"ollama-py/{t.model}"
+    return list(extra), {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
 
 
 INTEGRATIONS = {
-    "claude": Integration("claude", "Claude Code", "claude", "https://code.claude.com/docs/en/quickstart",
-                          lambda model, context, extra: ["--model", model, *extra], _claude_env),
-    "codex": Integration("codex", "Codex", "codex", "npm install -g @openai/codex", _codex_argv, _codex_env),
-    "opencode": Integration("opencode", "OpenCode", "opencode", "npm install -g opencode-ai",
-                            lambda model, context, extra: list(extra), _opencode_env),
+    "claude": Integration("claude", "Claude Code", "claude", "https://code.claude.com/docs/en/quickstart", _claude),
+    "codex": Integration("codex", "Codex", "codex", "npm install -g @openai/codex", _codex),
+    "opencode": Integration("opencode", "OpenCode", "opencode", "npm install -g opencode-ai", _opencode),
 }
 AGENT_CONTEXT = 64000  # tokens: less and an agent's own instructions and tools crowd out the work (Ollama's advice)
 
@@ -110,11 +124,11 @@ def find_binary(integration: Integration, environ: Mapping[str, str]) -> str | N
     return None
 
 
-def launch_command(integration: Integration, binary: str, model: str, context: int | None, extra: Sequence[str],
-                   url: str, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment the agent runs with (`context`: the tokens the model runs with, when known)."""
-    return [binary, *integration.argv(model, context, extra)], {**environ,
-                                                                **integration.env(url, model, context, environ)}
+def launch_command(integration: Integration, binary: str, target: Target,
+                   extra: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment the agent runs with."""
+    args, env = integration.setup(target, extra)
+    return [binary, *args], {**target.environ, **env}
 
 
 # -- the saved choice ----------------------------------------------------------------------------------------------
@@ -229,7 +243,8 @@ def launch(integration: str | None, extra: tuple[str, ...], model: str | None, c
     if context is not None and context < AGENT_CONTEXT:
         click.echo(f"Note: {model} runs with a {context}-token context; coding agents need {AGENT_CONTEXT} or "
                    "more (start serve with OLLAMA_CONTEXT_LENGTH=65536, or give the model a num_ctx)", err=True)
-    argv, env = launch_command(chosen, binary, model, context, extra, client.base_url, environ)
+    target = Target(client.base_url, model, context, environ.get("OLLAMA_API_KEY", ""), environ)
+    argv, env = launch_command(chosen, binary, target, extra)
     click.echo(f"Launching {chosen.title} with {model}...", err=True)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -71,8 +71,8 @@ def serve(tmp_path: Path, tools_gguf: Path) -> Iterator[Callable[..., str]]:
     prompts the runner got are in tmp/runner_requests.jsonl."""
     procs = []
 
-    def start(reply: str, when: list[list[str]] | None = None) -> str:
-        env = {"OLLAMA_CONTEXT_LENGTH": "32768", "FAKE_REPLY": reply,
+    def start(reply: str, when: list[list[str]] | None = None, **serve_env: str) -> str:
+        env = {**serve_env, "OLLAMA_CONTEXT_LENGTH": "32768", "FAKE_REPLY": reply,
                "FAKE_REPLY_WHEN": json.dumps(when or [[SECRET, ANSWER]]),
                "FAKE_LOG_FILE": str(tmp_path / "runner_requests.jsonl")}
         proc, url = start_fake_serve(tmp_path / "serve", tools_gguf, env)
@@ -286,3 +286,23 @@ def test_launch_runs_each_agent_configured_for_the_server(serve: Callable[..., s
     saved = json.loads((tmp_path / "config" / "ollama-py" / "launch.json").read_text())
     assert saved == {"claude": {"model": "tiny:latest"}, "codex": {"model": "tiny:latest"},
                      "opencode": {"model": "tiny:latest"}}
+
+
+def test_launch_sends_the_key_a_server_asks_for(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
+                                                workdir: Path) -> None:
+    """A server started with OLLAMA_API_KEYS: `launch` itself and each agent it starts send OLLAMA_API_KEY (Codex
+    through a provider of its own: its --oss mode sends no key)."""
+    url = serve(HELLO, OLLAMA_API_KEYS="sekrit-1")
+    home = tmp_path / "codex_home"
+    home.mkdir()
+    (home / "config.toml").write_text(CODEX_QUIET)
+    env = agent_env(tmp_path, agents_bin, OLLAMA_HOST=url, XDG_CONFIG_HOME=str(tmp_path / "config"),
+                    CODEX_HOME=str(home), OLLAMA_API_KEY="sekrit-1", OPENCODE_DISABLE_AUTOUPDATE="1")
+    launch = [sys.executable, "-m", "ollama_py", "launch"]
+    for agent, args in (("claude", ["-p", "say hi"]), ("opencode", ["run", "say hi"]),
+                        ("codex", ["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "say hi"])):
+        done = run_agent([*launch, agent, "--model", "tiny", "--", *args], workdir, env)
+        assert HELLO in done.stdout, (agent, done.stdout, done.stderr)
+    refused = subprocess.run([*launch, "claude", "--model", "tiny"], cwd=workdir, capture_output=True, text=True,
+                             env={**env, "OLLAMA_API_KEY": ""}, timeout=AGENT_SECONDS)
+    assert refused.returncode == 1 and "set OLLAMA_API_KEY" in refused.stderr

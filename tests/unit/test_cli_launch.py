@@ -13,7 +13,7 @@ import pexpect
 import pytest
 from click.testing import CliRunner, Result
 
-from ollama_py.cli.launch import INTEGRATIONS, find_binary, launch_command
+from ollama_py.cli.launch import INTEGRATIONS, Target, find_binary, launch_command
 from ollama_py.cli.main import cli
 from tests.helpers.fake_ollama import FakeOllama
 
@@ -30,38 +30,48 @@ def saved(tmp_path: Path) -> Any:
     return json.loads((tmp_path / "config" / "ollama-py" / "launch.json").read_text())
 
 
+def command(name: str, model: str, context: int | None, extra: list[str], url: str = "http://127.0.0.1:11434",
+            key: str = "", **environ: str) -> tuple[list[str], dict[str, str]]:
+    return launch_command(INTEGRATIONS[name], f"/bin/{name}", Target(url, model, context, key, environ), extra)
+
+
 def test_claude_is_pointed_at_the_server_and_told_the_models_context() -> None:
-    argv, env = launch_command(INTEGRATIONS["claude"], "/bin/claude", "qwen3:latest", 65536, ["-p", "hi"],
-                               "http://127.0.0.1:11434", {"PATH": "/bin", "ANTHROPIC_API_KEY": "sk-real"})
+    argv, env = command("claude", "qwen3:latest", 65536, ["-p", "hi"], PATH="/bin", ANTHROPIC_API_KEY="sk-real")
     assert argv == ["/bin/claude", "--model", "qwen3:latest", "-p", "hi"]
     assert {k: env[k] for k in ("ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY",
                                 "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "PATH")} == {
         "ANTHROPIC_BASE_URL": "http://127.0.0.1:11434", "ANTHROPIC_AUTH_TOKEN": "ollama", "ANTHROPIC_API_KEY": "",
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "65536", "PATH": "/bin"}
     # a server that wants a key gets OLLAMA_API_KEY's; a window the user set stays theirs
-    _, env = launch_command(INTEGRATIONS["claude"], "/bin/claude", "m", 8192, [], "http://h:1",
-                            {"OLLAMA_API_KEY": "k1", "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "1000"})
+    _, env = command("claude", "m", 8192, [], key="k1", CLAUDE_CODE_MAX_CONTEXT_TOKENS="1000")
     assert (env["ANTHROPIC_AUTH_TOKEN"], env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"]) == ("k1", "1000")
 
 
 def test_codex_runs_its_local_provider_mode_at_the_servers_v1() -> None:
-    argv, env = launch_command(INTEGRATIONS["codex"], "/bin/codex", "qwen3:latest", 32768, ["exec", "hi"],
-                               "http://10.0.0.5:8080", {})
+    argv, env = command("codex", "qwen3:latest", 32768, ["exec", "hi"], url="http://10.0.0.5:8080")
     assert argv == ["/bin/codex", "--oss", "--local-provider", "ollama", "-m", "qwen3:latest",
                     "-c", "model_context_window=32768", "exec", "hi"]
     assert env == {"CODEX_OSS_BASE_URL": "http://10.0.0.5:8080/v1"}
 
 
+def test_codex_with_a_key_gets_a_provider_that_sends_it() -> None:
+    argv, env = command("codex", "qwen3:latest", None, ["exec", "hi"], key="k1")
+    assert argv == ["/bin/codex", "-c", 'model_provider="ollama-py"', "-c",
+                    'model_providers.ollama-py={name="ollama-py", base_url="http://127.0.0.1:11434/v1", '
+                    'wire_api="responses", env_key="OLLAMA_API_KEY"}', "-m", "qwen3:latest", "exec", "hi"]
+    assert env == {"OLLAMA_API_KEY": "k1"}
+
+
 def test_opencode_gets_a_provider_at_the_server_in_its_inline_config_beside_the_users() -> None:
     mine = {"provider": {"other": {"npm": "x"}}, "theme": "dark"}
-    argv, env = launch_command(INTEGRATIONS["opencode"], "/bin/opencode", "qwen3:latest", 65536, ["run", "hi"],
-                               "http://127.0.0.1:11434", {"OPENCODE_CONFIG_CONTENT": json.dumps(mine)})
+    argv, env = command("opencode", "qwen3:latest", 65536, ["run", "hi"], key="k1",
+                        OPENCODE_CONFIG_CONTENT=json.dumps(mine))
     assert argv == ["/bin/opencode", "run", "hi"]
     assert json.loads(env["OPENCODE_CONFIG_CONTENT"]) == {
         "theme": "dark", "model": "ollama-py/qwen3:latest",
         "provider": {"other": {"npm": "x"}, "ollama-py": {
             "npm": "@ai-sdk/openai-compatible", "name": "ollama-py",
-            "options": {"baseURL": "http://127.0.0.1:11434/v1"},
+            "options": {"baseURL": "http://127.0.0.1:11434/v1", "apiKey": "k1"},
             "models": {"qwen3:latest": {"name": "qwen3:latest", "limit": {"context": 65536, "output": 16384}}}}}}
 
 
