@@ -201,7 +201,7 @@ def pick_model(client: Client) -> str:
     return _choose("Select a model:", [(m, m) for m in models])
 
 
-@click.command(short_help="Launch a coding agent (Claude Code, Codex) on this server", epilog=HOST_HELP)
+@click.command(short_help="Launch a coding agent (Claude Code, Codex, OpenCode) on this server", epilog=HOST_HELP)
 @click.argument("integration", required=False)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--model", "model", metavar="MODEL", help="Model to use (remembered for the next launch)")
@@ -209,8 +209,9 @@ def pick_model(client: Client) -> str:
 @click.option("-y", "--yes", is_flag=True, help="Pull a missing model without asking (needs --model or a saved one)")
 def launch(integration: str | None, extra: tuple[str, ...], model: str | None, config_only: bool,
            yes: bool) -> None:
-    """Run a coding agent against this server, configured for it: claude (Claude Code) or codex (Codex CLI).
-    Arguments after `--` go to the agent, e.g. `ollama-py launch claude --model qwen3 -- -p "explain this repo"`."""
+    """Run a coding agent against this server, configured for it: claude (Claude Code), codex (Codex CLI) or
+    opencode (OpenCode). Arguments after `--` go to the agent, e.g.
+    `ollama-py launch claude --model qwen3 -- -p "explain this repo"`."""
     environ = dict(os.environ)
     if integration is None:
         if not _interactive():
