@@ -300,7 +300,9 @@ def parse_chat(body: dict[str, Any]) -> ChatParams:
         messages=messages,
         options=sampling_options(body, max_tokens=max_tokens),
         format=response_format(body.get("response_format")),
-        tools=check_tools(body.get("tools")),
+        # tool_choice "none": the tools stay unoffered, as the Responses and Anthropic routes do (Ollama ignores
+        # tool_choice here); "required" or a named function cannot be enforced without a grammar and is passed over
+        tools=None if body.get("tool_choice") == "none" else check_tools(body.get("tools")),
         stream=field(body, "stream", bool, False),
         include_usage=_include_usage(body),
         top_logprobs=top,

@@ -257,3 +257,10 @@ def test_an_effort_nobody_maps_is_refused() -> None:
         oai.parse_chat({"model": "m", "messages": USER, "reasoning_effort": "extreme"})
     assert str(e.value) == ('invalid reasoning value: "extreme" (must be "minimal", "low", "medium", "high", '
                             '"xhigh", "ultra", "max", or "none")')
+
+
+def test_tool_choice_none_offers_no_tools() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    assert oai.parse_chat(ask).tools and oai.parse_chat({**ask, "tool_choice": "auto"}).tools
+    assert oai.parse_chat({**ask, "tool_choice": "none"}).tools is None
