@@ -179,9 +179,10 @@ def _choose(title: str, items: Sequence[tuple[str, str]]) -> str:
 
 
 def resolve_model(client: Client, model: str, *, yes: bool) -> str:
-    """The model as the server lists it (pulled first when missing, after a yes)."""
+    """The model as the server lists it (pulled first when missing, after a yes). One that cannot chat is refused;
+    one without tool calling gets a note (an agent works through its tools)."""
     try:
-        client.show(model)
+        info = client.show(model)
     except NotFound:
         if not yes:
             if not _interactive():
@@ -190,6 +191,14 @@ def resolve_model(client: Client, model: str, *, yes: bool) -> str:
             if not click.confirm(f"Download {model}?", default=True, err=True):
                 raise click.exceptions.Abort() from None
         pull_model(client, model)
+        info = client.show(model)
+    capabilities = info.get("capabilities")
+    if isinstance(capabilities, list) and capabilities:  # (a server that does not say: no judgement)
+        if "completion" not in capabilities:
+            raise OllamaError(f"{model} cannot chat ({', '.join(capabilities)} only): pick another model")
+        if "tools" not in capabilities:
+            click.echo(f"Note: {model} does not call tools (its template has none): the agent can only talk with it",
+                       err=True)
     listed = [m.get("model") or m.get("name", "") for m in client.list().get("models", [])]
     return next((name for name in listed if same_model(name, model)), model)
 

@@ -20,6 +20,12 @@ from tests.helpers.fake_ollama import FakeOllama
 TAGS = {"models": [{"name": "qwen3:latest", "model": "qwen3:latest"}, {"name": "tiny:latest", "model": "tiny:latest"}]}
 
 
+def until_pulled(fake: FakeOllama) -> Any:
+    """/api/show's answer: the model is not found until a pull of it has been asked for."""
+    return lambda body: {"capabilities": ["completion", "tools"]} if fake.bodies("POST", "/api/pull") else (
+        404, {"error": f"model '{body['model']}' not found"})
+
+
 def invoke(fake: FakeOllama, args: list[str], tmp_path: Path, **env: str) -> Result:
     base = {"OLLAMA_HOST": fake.host, "OLLAMA_PY_DATA_DIR": str(tmp_path / "data"),
             "XDG_CONFIG_HOME": str(tmp_path / "config"), "PATH": str(tmp_path / "bin")}
@@ -115,7 +121,7 @@ def test_what_cannot_be_asked_off_a_terminal_is_a_clear_error(fake: FakeOllama, 
 
 
 def test_a_missing_model_is_pulled_only_when_allowed(fake: FakeOllama, tmp_path: Path) -> None:
-    fake.on("POST", "/api/show", (404, {"error": "model 'qwen3' not found"}))
+    fake.on("POST", "/api/show", until_pulled(fake))
     fake.on("GET", "/api/tags", TAGS)
     refused = invoke(fake, ["claude", "--model", "qwen3", "--config"], tmp_path)
     assert refused.exit_code == 1
@@ -155,7 +161,7 @@ def test_on_a_terminal_the_agent_and_the_model_are_chosen_from_lists(fake: FakeO
 
 
 def test_on_a_terminal_a_missing_model_is_pulled_once_the_user_says_yes(fake: FakeOllama, tmp_path: Path) -> None:
-    fake.on("POST", "/api/show", (404, {"error": "model 'qwen3' not found"}))
+    fake.on("POST", "/api/show", until_pulled(fake))
     fake.on("GET", "/api/tags", TAGS)
     fake.on("POST", "/api/pull", [{"status": "pulling manifest"}, {"status": "success"}])
     child = spawn_launch(fake, tmp_path, "claude", "--model", "qwen3", "--config")
@@ -171,3 +177,18 @@ def test_on_a_terminal_a_missing_model_is_pulled_once_the_user_says_yes(fake: Fa
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0 and [b["model"] for b in fake.bodies("POST", "/api/pull")] == ["qwen3"]
+
+
+def test_a_model_that_cannot_chat_is_refused_and_one_without_tools_gets_a_note(fake: FakeOllama,
+                                                                              tmp_path: Path) -> None:
+    fake.on("GET", "/api/tags", TAGS)
+    fake.on("POST", "/api/show", {"capabilities": ["embedding"]})
+    refused = invoke(fake, ["claude", "--model", "tiny", "--config"], tmp_path)
+    assert refused.exit_code == 1
+    assert refused.stderr == "Error: tiny cannot chat (embedding only): pick another model\n"
+    fake.on("POST", "/api/show", {"capabilities": ["completion"]})
+    noted = invoke(fake, ["claude", "--model", "tiny", "--config"], tmp_path)
+    assert noted.exit_code == 0
+    assert "Note: tiny does not call tools (its template has none): the agent can only talk with it" in noted.stderr
+    fake.on("POST", "/api/show", {"capabilities": ["completion", "tools"]})
+    assert "Note" not in invoke(fake, ["claude", "--model", "tiny", "--config"], tmp_path).stderr
