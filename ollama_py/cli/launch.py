@@ -133,11 +133,11 @@ def launch_command(integration: Integration, binary: str, target: Target,
 
 # -- the saved choice ----------------------------------------------------------------------------------------------
 
-def saved_path(environ: Mapping[str, str]) -> Path:
-    import platformdirs  # noqa: PLC0415 - only when a command needs it
+def saved_path() -> Path:
+    """launch.json, beside the config file (the user config dir: ~/.config/ollama-py, or $XDG_CONFIG_HOME's)."""
+    from ollama_py import config_file  # noqa: PLC0415 - platformdirs only when a command needs it
 
-    base = environ.get("XDG_CONFIG_HOME")
-    return (Path(base) / "ollama-py" if base else Path(platformdirs.user_config_dir("ollama-py"))) / "launch.json"
+    return config_file.default_path().parent / "launch.json"
 
 
 def read_saved(path: Path) -> dict[str, dict[str, str]]:
@@ -234,7 +234,7 @@ def launch(integration: str | None, extra: tuple[str, ...], model: str | None, c
         raise OllamaError(f"{chosen.binary} is not installed: {chosen.install}")
 
     client = connect()
-    path = saved_path(environ)
+    path = saved_path()
     model = model or read_saved(path).get(chosen.name, {}).get("model")
     if not model:
         if yes or not _interactive():

@@ -256,10 +256,16 @@ def _function_call(item: dict[str, Any], i: int) -> ToolCall:
         raise BadRequest(f"input[{i}]: failed to parse function call arguments") from None
     if not isinstance(parsed, dict):
         raise BadRequest(f"input[{i}]: function call arguments must be a JSON object")
+    return _call(item, name, parsed)
+
+
+def _call(item: dict[str, Any], name: str, arguments: dict[str, Any]) -> ToolCall:
+    """A history item's call as the assistant's tool call: named as the model was offered it (a namespace
+    member's qualified name), with the item's call_id."""
     namespace = item.get("namespace")
     if isinstance(namespace, str) and namespace and not name.startswith(namespace + "."):
-        name = f"{namespace}.{name}"  # as the model was offered it
-    call: ToolCall = {"function": {"name": name, "arguments": parsed}}
+        name = f"{namespace}.{name}"
+    call: ToolCall = {"function": {"name": name, "arguments": arguments}}
     if isinstance(item.get("call_id"), str):
         call["id"] = item["call_id"]
     return call
@@ -275,10 +281,7 @@ def _search_call(item: dict[str, Any], i: int) -> ToolCall:
         args = _object(args)
     if not isinstance(args, dict):
         raise BadRequest(f"input[{i}]: a tool_search_call needs its arguments (an object)")
-    call: ToolCall = {"function": {"name": TOOL_SEARCH, "arguments": args}}
-    if isinstance(item.get("call_id"), str):
-        call["id"] = item["call_id"]
-    return call
+    return _call({"call_id": item.get("call_id")}, TOOL_SEARCH, args)
 
 
 def _found(tools: Any) -> str:
@@ -299,13 +302,7 @@ def _custom_call(item: dict[str, Any], i: int) -> ToolCall:
     name, text = item.get("name"), item.get("input", "")
     if not isinstance(name, str) or not name or not isinstance(text, str):
         raise BadRequest(f"input[{i}]: a custom_tool_call needs a name and its input (a string)")
-    namespace = item.get("namespace")
-    if isinstance(namespace, str) and namespace and not name.startswith(namespace + "."):
-        name = f"{namespace}.{name}"
-    call: ToolCall = {"function": {"name": name, "arguments": {"input": text}}}
-    if isinstance(item.get("call_id"), str):
-        call["id"] = item["call_id"]
-    return call
+    return _call(item, name, {"input": text})
 
 
 _CALLS = {"function_call": _function_call, "custom_tool_call": _custom_call, "tool_search_call": _search_call}
