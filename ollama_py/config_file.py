@@ -368,10 +368,25 @@ class ModelTable:
     """Every [models."..."] table, in file order; lookups by a stored model's name."""
 
     sections: tuple[ModelSettings, ...] = ()
+    # for_name's answers by name (the tables never change: a reload makes a new ModelTable): every inference
+    # request asks twice, for its options and its load plan
+    _merged: dict[tuple[str, str, str, str], ModelSettings] = field(default_factory=dict, init=False, compare=False,
+                                                                    repr=False)
+
+    MEMO = 1024  # names remembered (stored models are looked up, so few); past it the memo starts again
 
     def for_name(self, name: ModelName) -> ModelSettings:
         """The merged settings for a model: glob sections in file order, then its exact section (later wins;
-        options merge key by key, extra_args add up)."""
+        options merge key by key, extra_args add up). The same object for the same name while the table lives."""
+        key = name.key()
+        merged = self._merged.get(key)
+        if merged is None:
+            if len(self._merged) >= self.MEMO:
+                self._merged.clear()
+            merged = self._merged[key] = self._merge(name)
+        return merged
+
+    def _merge(self, name: ModelName) -> ModelSettings:
         short = name.short.lower()
         globs = [s for s in self.sections if s.is_glob and _glob_matches(s.pattern, name)]
         exact = [s for s in self.sections if not s.is_glob and _same_name(s.pattern, name)]

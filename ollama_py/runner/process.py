@@ -291,6 +291,8 @@ class RunnerProcess:
 
         The wait is bounded by the load timeout on its own, whatever the start does: a start that makes no
         progress (no stderr line, no answer from /health) for load_timeout seconds is given up here."""
+        if self.state == RunnerState.READY:  # every request to a loaded model: no lock to take
+            return
         if self.state in (RunnerState.STOPPED, RunnerState.FAILED) and self._proc is None:
             # STARTING before the task runs, so this waiter (and any other) waits for the outcome.
             log.debug("runner %s: %s -> %s", self.name, self.state, RunnerState.STARTING)

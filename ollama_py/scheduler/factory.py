@@ -203,11 +203,13 @@ class Planner:
     async def __call__(self, model: Model, options: dict[str, Any], embedding: bool) -> LoadPlan:
         settings = self._settings
         load = {k: options[k] for k in _LOAD_KEYS if options.get(k) is not None}
-        free = await self._workers_free(rpc.workers_for(load.get("rpc_servers"), settings.rpc_servers))
+        servers = rpc.workers_for(load.get("rpc_servers"), settings.rpc_servers)
+        free = await self._workers_free(servers) if servers else {}
         ms = self._models(model) if self._models is not None else None
-        key = (str(model.name), model.digest, embedding, repr(sorted(load.items())), tuple(sorted(free.items())))
+        # (load's keys come in _LOAD_KEYS' order: its items are the same tuple for the same options)
+        key = (str(model.name), model.digest, embedding, repr(tuple(load.items())), tuple(sorted(free.items())))
         known = self._plans.get(key)
-        if known is not None and known[0] == ms:
+        if known is not None and (known[0] is ms or known[0] == ms):
             _shape_of_stored(model)  # a blob deleted behind our back is still a 404 naming the model
             return known[1]
         if ms is None:
@@ -245,6 +247,8 @@ class VariantRunner(RunnerProcess):
         return self.candidates[0][0]
 
     async def ensure_ready(self) -> None:
+        if self.state == RunnerState.READY:  # (started, and its shards linked, already)
+            return
         if self.spec.rpc_servers and self.state == RunnerState.STOPPED and self.pid is None:
             await self._leave_out_unreachable_workers()
         if self.spec.shards and self._shard_links is not None and self.spec.model == self.spec.shards[0]:

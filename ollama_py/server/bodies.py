@@ -57,6 +57,9 @@ def _parse_int(text: str) -> int:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # read_json's, for a body of ordinary numbers
+
+
 def _fix_text(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
@@ -201,7 +204,7 @@ def decode_json(raw: bytes) -> dict[str, Any]:
         if _MAYBE_HUGE_NUMBER.search(raw):
             body = json.loads(raw, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
         else:
-            body = json.loads(raw, parse_constant=_reject_constant)
+            body = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))  # json.loads, made once
     except _NumberOutOfRange as e:
         raise BadRequest(str(e)) from None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError

@@ -3,6 +3,7 @@ and `ollama-py config show`."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -180,6 +181,28 @@ def test_model_settings_merge(name: str, expected: dict[str, object]) -> None:
     ms = cf.parse_config(MODELS).models.for_name(parse_name(name))
     for key, value in expected.items():
         assert getattr(ms, key) == value, key
+
+
+def test_a_models_settings_are_merged_once_per_table() -> None:
+    """Every inference request asks for its model's settings (twice): the table answers the same object for the
+    same name in any case, and a reload's new table merges its own."""
+    table = cf.parse_config(MODELS).models
+    first = table.for_name(parse_name("qwen3:8b"))
+    assert table.for_name(parse_name("QWEN3:8B")) is first
+    assert table.for_name(parse_name("qwen3:0.6b")) is not first
+    reloaded = cf.parse_config(MODELS.replace('kv_cache_type = "q4_0"', 'kv_cache_type = "f16"')).models
+    assert reloaded.for_name(parse_name("qwen3:8b")).kv_cache_type == "f16"
+    assert table.for_name(parse_name("qwen3:8b")).kv_cache_type == "q4_0"
+    copy = dataclasses.replace(table, sections=table.sections[:1])  # a table made from another starts afresh
+    assert copy.for_name(parse_name("qwen3:8b")).kv_cache_type == "q8_0"
+    assert copy == cf.ModelTable(table.sections[:1])  # (what is remembered is no part of a table's value)
+
+
+def test_the_memo_of_merged_settings_is_bounded() -> None:
+    table = cf.parse_config(MODELS).models
+    for k in range(table.MEMO + 10):
+        assert table.for_name(parse_name(f"qwen3:t{k}")).kv_cache_type == "q8_0"
+    assert len(table._merged) <= table.MEMO
 
 
 def test_aliases_and_preloads() -> None:

@@ -3,6 +3,7 @@ settings and load options, and estimated again when any of them changes."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,23 @@ async def test_requests_through_the_scheduler_share_one_plan_and_runner(stored) 
         assert len(sched.loaded) == 1
     finally:
         await sched.shutdown()
+
+
+async def test_rpc_workers_are_asked_only_when_the_load_has_some(stored) -> None:
+    """A request's plan asks the RPC workers' free memory (a probe, remembered) only when the operator named
+    workers: without any, the plan is found without that await."""
+    settings, store = stored
+    asked: list[tuple[str, ...]] = []
+
+    async def workers(servers: tuple[str, ...]) -> dict[str, int]:
+        asked.append(servers)
+        return {}
+
+    model = store.load(parse_name("tiny"))
+    planner = Planner(settings, [], FREE, workers)
+    first = await planner(model, {}, False)
+    assert await planner(model, {"temperature": 0.3}, False) is first
+    assert asked == []
+    with_workers = dataclasses.replace(settings, rpc_servers=("127.0.0.1:50052",))
+    await Planner(with_workers, [], FREE, workers)(model, {}, False)
+    assert asked == [("127.0.0.1:50052",)]
