@@ -199,34 +199,27 @@ def validate_options(opts: object, *, per_request: bool = True) -> dict[str, Any
 
 
 def _coerce_json(name: str, kind: type, value: object) -> Any:
-    wrong = InvalidOption(f'option "{name}" must be of type {_TYPE_WORDS[kind]}')
     if kind is bool:
-        if not isinstance(value, bool):
-            raise wrong
-        return value
-    if kind is int:
         if isinstance(value, bool):
-            raise wrong
-        if isinstance(value, int):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise wrong
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise wrong
-        return float(value)
-    if kind is list:
+    elif kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif kind is list:
         if isinstance(value, str):
             return [value]
-        if not isinstance(value, list):
-            raise wrong
-        if not all(isinstance(item, str) for item in value):
-            raise InvalidOption(f'option "{name}" must be of an array of strings')
-        return list(value)
-    if not isinstance(value, str):
-        raise wrong
-    return value
+        if isinstance(value, list):
+            if not all(isinstance(item, str) for item in value):
+                raise InvalidOption(f'option "{name}" must be of an array of strings')
+            return list(value)
+    elif isinstance(value, str):
+        return value
+    raise InvalidOption(f'option "{name}" must be of type {_TYPE_WORDS[kind]}')
 
 
 def _check_range(name: str, value: Any) -> Any:
