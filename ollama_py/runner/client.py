@@ -56,12 +56,13 @@ class LlamaClient:
     def base_url(self, url: str) -> None:
         """The runner's address; its spare connection (sse.Spare) goes there, none before it has one."""
         self._base_url = url
+        parts = urllib.parse.urlsplit(url)
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80  # (parsed once, not per call)
         if self._spare is not None:
             self._spare.close()
             self._spare = None
         if url:
-            parts = urllib.parse.urlsplit(url)
-            self._spare = sse.Spare(parts.hostname or "127.0.0.1", parts.port or 80, self.read_timeout)
+            self._spare = sse.Spare(self._host, self._port, self.read_timeout)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -88,22 +89,19 @@ class LlamaClient:
 
     def stream(self, path: str, body: dict[str, Any], tap: sse.Tap | None = None) -> AsyncIterator[dict[str, Any]]:
         """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
-        url = urllib.parse.urlsplit(self.base_url)
-        return sse.stream_events(url.hostname or "127.0.0.1", url.port or 80, path, body,
+        return sse.stream_events(self._host, self._port, path, body,
                                  read_timeout=self.read_timeout, streams=self._streams, tap=tap,
                                  headers=self._headers, spare=self._spare)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST body, the JSON answer (a connection of its own, as `stream`: runner/sse.post_json)."""
-        url = urllib.parse.urlsplit(self.base_url)
-        return await sse.post_json(url.hostname or "127.0.0.1", url.port or 80, path, body,
+        return await sse.post_json(self._host, self._port, path, body,
                                    read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
 
     @contextlib.asynccontextmanager
     async def kept(self) -> AsyncIterator[sse.KeptConnection]:
         """One kept-alive connection for a few calls in a row by one request (closed when the block ends)."""
-        url = urllib.parse.urlsplit(self.base_url)
-        conn = sse.KeptConnection(url.hostname or "127.0.0.1", url.port or 80, read_timeout=self.read_timeout,
+        conn = sse.KeptConnection(self._host, self._port, read_timeout=self.read_timeout,
                                   headers=self._headers, streams=self._streams)
         try:
             yield conn
@@ -115,12 +113,11 @@ class LlamaClient:
         kept-alive connection for all the bodies it takes, closed when none are left; each call holds one of the
         runner's `max_calls` places only while it is in flight, so other requests' calls take turns with these.
         The first error stops the rest and is raised."""
-        url = urllib.parse.urlsplit(self.base_url)
         answers: list[Any] = [None] * len(bodies)
         work = iter(enumerate(bodies))
 
         async def worker() -> None:
-            conn = sse.KeptConnection(url.hostname or "127.0.0.1", url.port or 80, read_timeout=self.read_timeout,
+            conn = sse.KeptConnection(self._host, self._port, read_timeout=self.read_timeout,
                                       headers=self._headers, streams=self._streams)
             try:
                 for i, body in work:
@@ -156,8 +153,7 @@ class LlamaClient:
         """tokenize() for a long text, as the bytes of the JSON array of ids (`[1,2,...]`, in pieces) that
         llama-server sent: relayed, never made into millions of Python ints (making them took 0.35 s in a thread
         and freeing them 0.1 s on the loop for a 32 MB text). None when the answer has another shape."""
-        url = urllib.parse.urlsplit(self.base_url)
-        parts = await sse.post_for_parts(url.hostname or "127.0.0.1", url.port or 80, "/tokenize",
+        parts = await sse.post_for_parts(self._host, self._port, "/tokenize",
                                          {"content": content, "add_special": add_special},
                                          read_timeout=self.read_timeout, headers=self._headers, streams=self._streams)
         return await asyncio.to_thread(id_array, parts)
