@@ -62,7 +62,7 @@ class ModelName:
 
     def key(self) -> tuple[str, str, str, str]:
         """Case-insensitive identity."""
-        return tuple(p.lower() for p in self.parts)  # type: ignore[return-value]
+        return (self.host.lower(), self.namespace.lower(), self.model.lower(), self.tag.lower())
 
 
 def parse_name(raw: str) -> ModelName:

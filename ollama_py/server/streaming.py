@@ -13,7 +13,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, ClassVar, Protocol
 
 from aiohttp import web
@@ -195,14 +195,21 @@ def _putter(render: Callable[[str, str], bytes], transport: asyncio.Transport,
     return put
 
 
-@contextlib.asynccontextmanager
-async def _closing(events: AsyncIterator[Any]) -> AsyncGenerator[AsyncIterator[Any], None]:
+class _Closing:
     """contextlib.aclosing for any async iterator: an event source that is a generator (all of ours) is closed,
-    so a client that hangs up frees its runner slot at once."""
-    try:
-        yield events
-    finally:
-        aclose = getattr(events, "aclose", None)
+    so a client that hangs up frees its runner slot at once. (A class, not a generator-based context manager:
+    every streamed response enters one.)"""
+
+    __slots__ = ("events",)
+
+    def __init__(self, events: AsyncIterator[Any]) -> None:
+        self.events = events
+
+    async def __aenter__(self) -> AsyncIterator[Any]:
+        return self.events
+
+    async def __aexit__(self, *exc: object) -> None:
+        aclose = getattr(self.events, "aclose", None)
         if aclose is not None:
             await aclose()
 
@@ -239,7 +246,7 @@ async def stream_response(
 async def _write_stream(request: web.Request, events: AsyncIterator[Any], content_type: str,
                         encode: Callable[[Any], bytes], encode_error: Callable[[str], bytes], trailer: bytes,
                         lane: Lane | None, ends: Callable[[Any], bool] | None) -> web.StreamResponse:
-    async with _closing(events):
+    async with _Closing(events):
         has_first, first = await _first(events)
         resp = _StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache",
                                                     "X-Accel-Buffering": "no"})
@@ -398,7 +405,7 @@ async def content_blocks(events: AsyncIterator[Delta | Final], blocks: BlockStre
     """Deltas and the Final of one completion as a block translator's events (Anthropic's MessageStream, the
     Responses API's ResponseStream: `thinking`, `text`, `finish`). Thoughts and text go out as they come (with
     tools, completion holds back only what may be a call); the calls are blocks of their own at the finish."""
-    async with _closing(events):
+    async with _Closing(events):
         async for ev in events:
             if isinstance(ev, Delta):
                 for out in blocks.thinking(ev.thinking):
@@ -411,6 +418,6 @@ async def content_blocks(events: AsyncIterator[Delta | Final], blocks: BlockStre
 
 
 async def collect(events: AsyncIterator[Any]) -> list[Any]:
-    async with _closing(events):
+    async with _Closing(events):
         return [e async for e in events]
 
