@@ -65,8 +65,24 @@ class ModelName:
         return (self.host.lower(), self.namespace.lower(), self.model.lower(), self.tag.lower())
 
 
+_PARSED: dict[str, ModelName] = {}  # parse_name's answers (a ModelName is immutable): every request names a model
+_PARSED_MAX = 4096  # past it, the memo starts again
+
+
 def parse_name(raw: str) -> ModelName:
     """Parse and validate a model name, filling defaults. Raises InvalidModelName."""
+    if type(raw) is str:
+        name = _PARSED.get(raw)
+        if name is None:
+            name = _parse(raw)
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[raw] = name
+        return name
+    return _parse(raw)
+
+
+def _parse(raw: str) -> ModelName:
     if not isinstance(raw, str):
         raise InvalidModelName()
     s = raw.strip()

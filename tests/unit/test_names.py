@@ -203,3 +203,19 @@ def test_manifest_path_refuses_hand_built_escaping_name(tmp_path: Path) -> None:
                 ModelName("h", "ns", "a/../../x", "t"), ModelName("h", "ns", "m", "")):
         with pytest.raises(InvalidModelName):
             store.path(bad)
+
+
+def test_a_name_is_parsed_once_and_a_bad_one_refused_every_time() -> None:
+    """Every request names its model: the same text gives the same (immutable) name; a bad one is never
+    remembered as good, and the memo stays bounded whatever names clients send."""
+    from ollama_py.api import names
+
+    assert parse_name("Qwen3:8b") is parse_name("Qwen3:8b")
+    assert parse_name(" Qwen3:8b ") == ModelName("registry.ollama.ai", "library", "Qwen3", "8b")
+    for _ in range(2):
+        with pytest.raises(InvalidModelName):
+            parse_name("../etc:passwd")
+    for k in range(names._PARSED_MAX + 5):
+        parse_name(f"m{k}")
+    assert len(names._PARSED) <= names._PARSED_MAX
+    assert parse_name("m0").model == "m0"
