@@ -85,8 +85,10 @@ async def add_cors_headers(request: web.Request, response: web.StreamResponse) -
     """on_response_prepare: runs before headers go out, streamed responses included. A refused origin gets
     no CORS headers, so a browser does not let that page read even the 403."""
     origin = request.headers.get("Origin")
+    if not origin:  # (most requests: no browser's)
+        return
     origins = request.app[SETTINGS].origins
-    if origin and ("*" in origins or origin_allowed(origin, origins)):
+    if "*" in origins or origin_allowed(origin, origins):
         response.headers["Access-Control-Allow-Origin"] = origin
         response.headers["Vary"] = "Origin"
         response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
