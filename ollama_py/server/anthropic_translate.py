@@ -33,6 +33,7 @@ from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
 from ollama_py.server.bodies import field as typed_field
 from ollama_py.server.completion import Final
+from ollama_py.template.forced_calls import ForcedCall, forced
 
 Event = tuple[str, dict[str, Any]]
 
@@ -52,6 +53,7 @@ class MessagesParams:
     estimated_input_tokens: int  # for message_start; the real count comes with message_delta
     think: bool | str | None = None  # thinking enabled/disabled, or an effort's level (budget_tokens: an option)
     show_thinking: bool = True  # thinking.display "omitted": thinking blocks go out empty (the model still thinks)
+    forced: ForcedCall | None = None  # tool_choice {"type": "any"} or {"type": "tool", "name": ...}: a call
 
 
 def new_message_id() -> str:
@@ -220,6 +222,20 @@ def _tools(raw: Any, choice: Any) -> list[Tool] | None:
     return out or None
 
 
+def _forced(choice: Any, tools: list[Tool] | None) -> ForcedCall | None:
+    """tool_choice {"type": "any"} (a call of any tool) or {"type": "tool", "name": ...} (that one): the answer is
+    generated as the call (template/forced_calls.py). "auto", "none": None."""
+    if not isinstance(choice, dict):
+        return None
+    if choice.get("type") == "any":
+        return forced(tools, None)
+    if choice.get("type") == "tool":
+        if not isinstance(choice.get("name"), str):
+            raise BadRequest("tool_choice.name: Field required")
+        return forced(tools, choice["name"])
+    return None
+
+
 _EDITOR_COMMANDS = ["view", "create", "str_replace", "insert"]
 _FILE_FIELDS = {
     "path": {"type": "string", "description": "Absolute path to the file or directory"},
@@ -296,7 +312,9 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
         options["stop"] = stops
     if (budget := _budget_tokens(body.get("thinking"))) is not None:
         options["reasoning_budget"] = budget
-    return MessagesParams(messages=messages, options=options, tools=_tools(body.get("tools"), body.get("tool_choice")),
+    tools = _tools(body.get("tools"), body.get("tool_choice"))
+    return MessagesParams(messages=messages, options=options, tools=tools,
+                          forced=_forced(body.get("tool_choice"), tools),
                           stream=typed_field(body, "stream", bool, False),
                           estimated_input_tokens=_estimate_tokens(body),
                           think=_thinking(body.get("thinking"), _effort(body.get("output_config"))),

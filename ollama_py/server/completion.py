@@ -32,6 +32,7 @@ from ollama_py.server.truncation import (
     room_to_generate,
     without,
 )
+from ollama_py.template.forced_calls import ForcedCall
 from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
 
@@ -88,6 +89,7 @@ class CompletionRequest:
     truncate: bool = True  # a prompt longer than the context is cut to fit (False: refused with a 400)
     shift: bool = True  # at the end of the context, shift it and go on (False: stop there, done_reason "length")
     progress: bool = False  # stream prompt-processing progress (Delta.progress) before the first token
+    forced: ForcedCall | None = None  # the answer must call one of the tools (tool_choice): JSON under a schema
 
     @property
     def thinks(self) -> bool:
@@ -220,6 +222,8 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
     plain, or split into thinking and tool calls; plain tokens may take the lane; the place is given back with
     the last event), then the Final from what was collected."""
     t_wait = time.perf_counter()
+    if req.forced is not None and req.thinks:  # no thoughts fit the call's schema: the template renders none
+        req.think = False
     stats = current_stats()  # the request's record for the access log and /metrics
     stats.note_model(req.model)
     prepared: list[tuple[_Collected, _Split | None]] = []
@@ -234,15 +238,19 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
         if loaded.requests_served == 0 and loaded.runner.load_duration:
             load_ns = int(min(loaded.runner.load_duration, time.perf_counter() - t_wait) * 1e9)
         out, split = prepared[0]
-        lane = req.lane if split is None and req.logprobs is None and not req.progress else None
+        forced = req.forced
+        lane = req.lane if split is None and req.logprobs is None and not req.progress and forced is None else None
         ids_ahead = req.want_context  # once the first token is out (a prompt of ids needs none)
         try:
             async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
-                yield delta
+                if forced is None or delta.progress is not None:  # a forced call's JSON goes out as the call
+                    yield delta
                 if ids_ahead:
                     ids_ahead = False
                     if not _all_ids(out.prompt):
                         out.prompt_ids = _PromptIds.start(loaded, req, out.prompt)
+            if forced is not None and (answer := _forced_answer(forced, out)) is not None:
+                yield answer
             final = await _final(req, loaded, out, load_ns)
         finally:
             if out.prompt_ids is not None:
@@ -306,7 +314,10 @@ class _Split:
 
     @classmethod
     async def for_request(cls, req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> _Split | None:
-        """None for a plain completion (the text goes out as it comes)."""
+        """None for a plain completion (the text goes out as it comes), and for a forced call (its JSON is the
+        call: no thinking or tags can come under its schema)."""
+        if req.forced is not None:
+            return None
         thinking = None
         if req.thinks:
             opening, closing = infer_tags(req.model.template or "")
@@ -336,6 +347,8 @@ def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any
                  thinking: ThinkingParser | None, n_ctx: int) -> dict[str, Any]:
     """llama-server's /completion request."""
     body = completion_body(req.options, req.format)
+    if req.forced is not None:  # over any response format: the answer is the call's JSON
+        body["json_schema"] = req.forced.schema()
     body["prompt"] = prompt
     body["n_predict"] = bounded_predict(req.options.get("num_predict"), n_ctx)
     body["stream"] = True
@@ -455,6 +468,17 @@ def _split_delta(event: dict[str, Any], stop: bool, out: _Collected, split: _Spl
     out.thinking.append(thought)
     out.text.append(content)
     return Delta(content, event.get("tokens"), probs, thought, calls or None)
+
+
+def _forced_answer(forced: ForcedCall, out: _Collected) -> Delta | None:
+    """A forced call's answer, once its JSON is complete: the call (kept for the Final, the text dropped), or the
+    text as it came when it is no call (cut short by the token limit), so nothing generated is lost."""
+    text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in out.text)
+    call = forced.call(text)
+    if call is None:
+        return Delta(text) if text else None
+    out.text, out.tool_calls = [], [call]
+    return Delta("", tool_calls=[call])
 
 
 async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_ns: int) -> Final:

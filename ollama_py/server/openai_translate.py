@@ -27,6 +27,7 @@ from ollama_py.errors import BadRequest
 from ollama_py.server.bodies import field
 from ollama_py.server.completion import Final
 from ollama_py.server.logprobs import entries as logprob_entries
+from ollama_py.template.forced_calls import ForcedCall, forced
 
 if TYPE_CHECKING:
     from ollama_py.store.models import Model
@@ -51,6 +52,7 @@ class ChatParams:
     include_usage: bool
     top_logprobs: int | None  # None: no logprobs; else how many alternatives per token (0..20)
     think: bool | str | None = None  # reasoning_effort / reasoning.effort: a level, False for "none"
+    forced: ForcedCall | None = None  # tool_choice "required" or a named function: the answer is a call
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +280,21 @@ def check_tools(tools: Any) -> list[Tool] | None:
     return tools
 
 
+def forced_choice(choice: Any, tools: list[Tool] | None) -> ForcedCall | None:
+    """tool_choice "required" (any of the tools) or a named one -- chat's {"type": "function", "function":
+    {"name": ...}}, the Responses API's {"type": "function" | "custom", "name": ...} -- as a call the answer
+    must be (template/forced_calls.py). "auto", "none" and other shapes: None."""
+    if choice == "required":
+        return forced(tools, None)
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        if not isinstance(name, str):
+            raise BadRequest("tool_choice: a function's name is required")
+        return forced(tools, name)
+    return None
+
+
 def think_for(think: bool | str | None, model: Model) -> bool | str | None:
     """Ollama relaxes thinking for the OpenAI routes: asked of a model without it, it is dropped, not refused;
     a thinking model thinks unless told "none"."""
@@ -296,17 +313,19 @@ def parse_chat(body: dict[str, Any]) -> ChatParams:
         top = field(body, "top_logprobs", int, 0)
         if not 0 <= top <= 20:
             raise BadRequest("top_logprobs must be between 0 and 20")
+    tools = None if body.get("tool_choice") == "none" else check_tools(body.get("tools"))
     return ChatParams(
         messages=messages,
         options=sampling_options(body, max_tokens=max_tokens),
         format=response_format(body.get("response_format")),
         # tool_choice "none": the tools stay unoffered, as the Responses and Anthropic routes do (Ollama ignores
-        # tool_choice here); "required" or a named function cannot be enforced without a grammar and is passed over
-        tools=None if body.get("tool_choice") == "none" else check_tools(body.get("tools")),
+        # tool_choice); "required" or a named function: the answer is generated as that call (forced_choice)
+        tools=tools,
         stream=field(body, "stream", bool, False),
         include_usage=_include_usage(body),
         top_logprobs=top,
         think=_reasoning(body),
+        forced=forced_choice(body.get("tool_choice"), tools),
     )
 
 

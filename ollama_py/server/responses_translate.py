@@ -33,6 +33,7 @@ from ollama_py.errors import BadRequest
 from ollama_py.server import openai_translate as oai
 from ollama_py.server.bodies import field
 from ollama_py.server.completion import Final
+from ollama_py.template.forced_calls import ForcedCall
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 
@@ -105,6 +106,7 @@ class ResponsesParams:
     stream: bool
     echo: dict[str, Any]  # the request's settings, repeated in every response object
     offered: Offered = field_(default_factory=Offered)
+    forced: ForcedCall | None = None  # tool_choice "required" or a named tool: the answer is a call
 
 
 # -- requests -----------------------------------------------------------------------------------------------
@@ -152,9 +154,11 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         "truncation": field(body, "truncation", str) or "disabled",
         "background": field(body, "background", bool, False),
         "prompt_cache_key": field(body, "prompt_cache_key", str),
+        "tool_choice": body.get("tool_choice") or "auto",
     }
     return ResponsesParams(messages=messages, options=options, format=fmt, tools=tools, think=think,
-                           stream=field(body, "stream", bool, False), echo=echo, offered=offered)
+                           stream=field(body, "stream", bool, False), echo=echo, offered=offered,
+                           forced=oai.forced_choice(body.get("tool_choice"), tools))
 
 
 def _input_messages(raw: Any) -> list[Message]:
@@ -449,7 +453,8 @@ def response_object(response_id: str, model: str, echo: dict[str, Any], status: 
         "completed_at": int(time.time()) if status == "completed" else None, "status": status,
         "incomplete_details": None, "model": model, "previous_response_id": None,
         "instructions": echo["instructions"], "output": output, "error": None, "tools": echo["tools"],
-        "tool_choice": "auto", "truncation": echo["truncation"], "parallel_tool_calls": True, "text": echo["text"],
+        "tool_choice": echo.get("tool_choice") or "auto", "truncation": echo["truncation"],
+        "parallel_tool_calls": True, "text": echo["text"],
         "top_p": echo["top_p"], "presence_penalty": 0, "frequency_penalty": 0, "top_logprobs": 0,
         "temperature": echo["temperature"], "reasoning": echo["reasoning"], "usage": usage,
         "max_output_tokens": echo["max_output_tokens"], "max_tool_calls": None, "store": False,

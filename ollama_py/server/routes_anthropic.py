@@ -46,7 +46,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     think = (True if params.think is None else params.think) if "thinking" in caps else None
     req = CompletionRequest(model=model, options=opts, keep_alive=ka,
                             messages=await per_item(n, chat_messages, model, params.messages),
-                            tools=params.tools, think=think, started=started)
+                            tools=params.tools, think=think, started=started, forced=params.forced)
     msg_id = ant.new_message_id()
     events = run_completion(request.app[SCHEDULER], req)
 

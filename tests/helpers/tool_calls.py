@@ -18,3 +18,14 @@ THINKING_TEMPLATE = (
     '{{ range .ToolCalls }}<tool_call>{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}'
     "</tool_call>{{ end }}\n{{ end }}<|assistant|>"
 )
+
+
+# ChatML as SmolLM2 knows it, with the request's tools offered in a system turn and calls written as Hermes /
+# Qwen do (<tool_call>{"name": ..., "arguments": ...}</tool_call>): a model created with it has "tools".
+TOOLS_TEMPLATE = (
+    "{{- if .Tools }}<|im_start|>system\nYou may call these tools:{{ range .Tools }}\n{{ json .Function }}{{ end }}"
+    '\nCall one as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n{{ end }}'
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}"
+    '{{ range .ToolCalls }}<tool_call>{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}'
+    "</tool_call>{{ end }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+)

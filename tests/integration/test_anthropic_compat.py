@@ -3,10 +3,15 @@ SmolLM2."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
+
+from tests.helpers.serve import create_from_file
+from tests.helpers.tool_calls import TOOLS_TEMPLATE
 
 pytestmark = pytest.mark.integration
 
@@ -82,3 +87,21 @@ def test_missing_max_tokens_is_a_bad_request(live_server: Any) -> None:
     assert r.status_code == 400
     assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
                                                    "message": "max_tokens is required and must be positive"}}
+
+
+def test_a_named_tool_choice_is_a_tool_use_block(client: anthropic.Anthropic, live_server: Any) -> None:
+    """tool_choice {"type": "tool"} (as agents use it to have a model fill a form): the answer is that tool's
+    call, its input valid for the tool's schema (SmolLM2 under a template that offers tools)."""
+    create_from_file(live_server.url, "smollm2-tools", Path(os.environ["OLLAMA_PY_TEST_MODEL"]),
+                     template=TOOLS_TEMPLATE)
+    tools: Any = [{"name": "save_person", "description": "Save a person's name and age",
+                   "input_schema": {"type": "object", "properties": {"name": {"type": "string"},
+                                                                     "age": {"type": "integer"}},
+                                    "required": ["name", "age"]}}]
+    msg = client.messages.create(model="smollm2-tools", max_tokens=48, **GREEDY, tools=tools,
+                                 tool_choice={"type": "tool", "name": "save_person"},
+                                 messages=[{"role": "user", "content": "Ann is 30 years old. Save her."}])
+    assert [b.type for b in msg.content] == ["tool_use"] and msg.stop_reason == "tool_use"
+    block: Any = msg.content[0]
+    assert block.name == "save_person" and set(block.input) == {"name", "age"}
+    assert isinstance(block.input["age"], int)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import struct
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+
+from tests.helpers.serve import create_from_file
+from tests.helpers.tool_calls import TOOLS_TEMPLATE
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +101,48 @@ def test_json_schema_output(client: openai.OpenAI, live_server: Any) -> None:
     person = json.loads(resp.choices[0].message.content)
     assert set(person) == {"name", "age"}
     assert isinstance(person["name"], str) and isinstance(person["age"], int)
+
+
+PERSON_TOOLS: Any = [
+    {"type": "function", "function": {"name": "save_person", "description": "Save a person's name and age",
+                                      "parameters": {"type": "object", "properties": {
+                                          "name": {"type": "string"}, "age": {"type": "integer"}},
+                                          "required": ["name", "age"]}}},
+    {"type": "function", "function": {"name": "get_time", "description": "The time now"}}]
+ANN = [{"role": "user", "content": "Ann is 30 years old. Save her."}]
+
+
+@pytest.fixture(scope="module")
+def tools_model(live_server: Any) -> str:
+    """SmolLM2 under a ChatML TEMPLATE that offers tools (so the model has the tools capability); the 135M model
+    rarely writes a well-formed call by itself."""
+    create_from_file(live_server.url, "smollm2-tools", Path(os.environ["OLLAMA_PY_TEST_MODEL"]),
+                     template=TOOLS_TEMPLATE)
+    return "smollm2-tools"
+
+
+def test_a_named_tool_choice_is_answered_by_that_call(client: openai.OpenAI, tools_model: str) -> None:
+    """A named tool_choice comes back as that call, its arguments valid for the function's parameters
+    (generated under them)."""
+    resp = client.chat.completions.create(
+        model=tools_model, max_tokens=48, temperature=0, messages=ANN, tools=PERSON_TOOLS,
+        tool_choice={"type": "function", "function": {"name": "save_person"}})
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    [call] = choice.message.tool_calls or []
+    args = json.loads(call.function.arguments)
+    assert call.function.name == "save_person" and set(args) == {"name", "age"}
+    assert isinstance(args["name"], str) and isinstance(args["age"], int)
+
+
+def test_required_streams_a_call_of_an_offered_tool(client: openai.OpenAI, tools_model: str) -> None:
+    stream = client.chat.completions.create(model=tools_model, max_tokens=48, temperature=0, messages=ANN,
+                                            tools=PERSON_TOOLS, tool_choice="required", stream=True)
+    chunks = list(stream)
+    calls = [tc for c in chunks for tc in c.choices[0].delta.tool_calls or []]
+    assert len(calls) == 1 and calls[0].function.name in ("save_person", "get_time")
+    assert isinstance(json.loads(calls[0].function.arguments), dict)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 def test_logprobs(client: openai.OpenAI, live_server: Any) -> None:
