@@ -23,6 +23,8 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
                                                            "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "description": "The time now"}}
 TOOLS = [WEATHER, TIME]
+RESP_WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+                "parameters": WEATHER["function"]["parameters"]}
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
@@ -136,8 +138,7 @@ async def test_anthropic_named_tool_is_a_tool_use_block(tools_server: Callable[.
 
 async def test_responses_required_is_a_function_call_item(tools_server: Callable[..., Any]) -> None:
     url = await tools_server(FAKE_REPLY='{"city": "Paris"}')
-    resp_tools: Any = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
-                        "parameters": WEATHER["function"]["parameters"]}]
+    resp_tools: Any = [RESP_WEATHER]
     response = await oai_client(url).responses.create(model="tiny", input="Weather in Paris?", tools=resp_tools,
                                                       tool_choice="required")
     [item] = [o for o in response.output if o.type == "function_call"]
@@ -153,3 +154,28 @@ async def test_a_thinking_model_answers_a_forced_call_without_thoughts(tools_ser
     message: Any = answer.choices[0].message
     assert not getattr(message, "reasoning", None) and not message.content
     assert [c.function.name for c in message.tool_calls] == ["get_weather"]
+
+
+async def test_responses_named_custom_tool_is_a_custom_tool_call(tools_server: Callable[..., Any]) -> None:
+    """Codex-style: a custom (freeform) tool named in tool_choice comes back as a custom_tool_call whose input is
+    the text generated for it."""
+    url = await tools_server(FAKE_REPLY='{"input": "*** Begin Patch"}')
+    tools: Any = [{"type": "custom", "name": "apply_patch", "description": "Edit files."}, RESP_WEATHER]
+    response = await oai_client(url).responses.create(model="tiny", input="Fix it", tools=tools,
+                                                      tool_choice={"type": "custom", "name": "apply_patch"})
+    [item] = [o for o in response.output if o.type == "custom_tool_call"]
+    assert item.name == "apply_patch" and item.input == "*** Begin Patch"
+
+
+async def test_anthropic_any_is_a_call_of_the_tool_the_model_picked(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY='{"name": "get_time", "arguments": {}}')
+    client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
+    ant_tools: Any = [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]},
+                      {"name": "get_time", "input_schema": {"type": "object"}}]
+    message = await client.messages.create(model="tiny", max_tokens=64, messages=ASK, tools=ant_tools,
+                                           tool_choice={"type": "any"})
+    block: Any = message.content[0]
+    assert (block.type, block.name, block.input) == ("tool_use", "get_time", {})
+    with pytest.raises(anthropic.BadRequestError, match="rm_rf"):
+        await client.messages.create(model="tiny", max_tokens=64, messages=ASK, tools=ant_tools,
+                                     tool_choice={"type": "tool", "name": "rm_rf"})
