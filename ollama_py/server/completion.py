@@ -220,7 +220,8 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
     """Load (or reuse) the model's runner, stream its completion, end with Final. The steps: build the prompt,
     take a place at the runner (a slot, or its own queue), stream the runner's events as Deltas (`_deltas`:
     plain, or split into thinking and tool calls; plain tokens may take the lane; the place is given back with
-    the last event), then the Final from what was collected."""
+    the last event; a forced call's JSON is held back and goes out as the call), then the Final from what was
+    collected."""
     t_wait = time.perf_counter()
     if req.forced is not None and req.thinks:  # no thoughts fit the call's schema: the template renders none
         req.think = False
@@ -271,6 +272,9 @@ class _Collected:
     last_event: dict[str, Any] = field(default_factory=dict)  # the runner's stop event: timings, counts, reason
     fitted: Fitted | None = None
     prompt_ids: _PromptIds | None = None  # /api/generate's context: the prompt's token ids, asked for beside the decode
+
+    def whole_text(self) -> str:
+        return "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in self.text)
 
 
 def _all_ids(prompt: str | list[Any] | dict[str, Any]) -> bool:
@@ -473,7 +477,7 @@ def _split_delta(event: dict[str, Any], stop: bool, out: _Collected, split: _Spl
 def _forced_answer(forced: ForcedCall, out: _Collected) -> Delta | None:
     """A forced call's answer, once its JSON is complete: the call (kept for the Final, the text dropped), or the
     text as it came when it is no call (cut short by the token limit), so nothing generated is lost."""
-    text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in out.text)
+    text = out.whole_text()
     call = forced.call(text)
     if call is None:
         return Delta(text) if text else None
@@ -499,7 +503,7 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
             await release([prompt_tokens])  # copied into context: emptied off the loop, not freed on it
         else:
             context = [*(req.context or []), *prompt_tokens, *out.tokens]
-    text = "".join(p if isinstance(p, str) else p.decode("utf-8", "replace") for p in out.text)
+    text = out.whole_text()
     fitted = out.fitted
     return Final(
         done_reason="stop" if out.tool_calls else _STOP_REASONS.get(last.get("stop_type", "eos"), "stop"),
