@@ -280,19 +280,36 @@ def check_tools(tools: Any) -> list[Tool] | None:
     return tools
 
 
-def forced_choice(choice: Any, tools: list[Tool] | None) -> ForcedCall | None:
-    """tool_choice "required" (any of the tools) or a named one -- chat's {"type": "function", "function":
-    {"name": ...}}, the Responses API's {"type": "function" | "custom", "name": ...} -- as a call the answer
-    must be (template/forced_calls.py). "auto", "none" and other shapes: None."""
+def tool_choice(choice: Any, tools: list[Tool] | None) -> tuple[list[Tool] | None, ForcedCall | None]:
+    """The tools offered and the call forced (template/forced_calls.py) for a request's tool_choice: "none" offers
+    none (as Ollama's Responses and Anthropic routes do; Ollama passes the rest over); "required" forces a call of
+    any tool, a named one -- chat's {"type": "function", "function": {"name": ...}}, the Responses API's
+    {"type": "function" | "custom", "name": ...} -- that one; {"type": "allowed_tools"} offers only the tools it
+    lists (chat: under "allowed_tools", Responses: beside "type"), a call of one of them forced in its mode
+    "required". "auto" and other shapes (a hosted tool's): the tools as they are, nothing forced."""
+    if choice == "none":
+        return None, None
     if choice == "required":
-        return forced(tools, None)
-    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        return tools, forced(tools, None)
+    if not isinstance(choice, dict):
+        return tools, None
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
         fn = choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
         if not isinstance(name, str):
             raise BadRequest("tool_choice: a function's name is required")
-        return forced(tools, name)
-    return None
+        return tools, forced(tools, name)
+    if kind == "allowed_tools":
+        inner = choice.get("allowed_tools")
+        allowed: dict[str, Any] = inner if isinstance(inner, dict) else choice
+        listed = allowed.get("tools")
+        if allowed.get("mode") not in ("auto", "required") or not isinstance(listed, list):
+            raise BadRequest('tool_choice.allowed_tools needs a mode ("auto" or "required") and a list of tools')
+        names = {(t.get("function") or {}).get("name") or t.get("name") for t in listed if isinstance(t, dict)}
+        offered = [t for t in tools or [] if t["function"]["name"] in names] or None
+        return offered, forced(offered, None) if allowed["mode"] == "required" else None
+    return tools, None
 
 
 def think_for(think: bool | str | None, model: Model) -> bool | str | None:
@@ -313,19 +330,17 @@ def parse_chat(body: dict[str, Any]) -> ChatParams:
         top = field(body, "top_logprobs", int, 0)
         if not 0 <= top <= 20:
             raise BadRequest("top_logprobs must be between 0 and 20")
-    tools = None if body.get("tool_choice") == "none" else check_tools(body.get("tools"))
+    tools, forced_call = tool_choice(body.get("tool_choice"), check_tools(body.get("tools")))
     return ChatParams(
         messages=messages,
         options=sampling_options(body, max_tokens=max_tokens),
         format=response_format(body.get("response_format")),
-        # tool_choice "none": the tools stay unoffered, as the Responses and Anthropic routes do (Ollama ignores
-        # tool_choice); "required" or a named function: the answer is generated as that call (forced_choice)
         tools=tools,
         stream=field(body, "stream", bool, False),
         include_usage=_include_usage(body),
         top_logprobs=top,
         think=_reasoning(body),
-        forced=forced_choice(body.get("tool_choice"), tools),
+        forced=forced_call,
     )
 
 

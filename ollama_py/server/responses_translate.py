@@ -139,9 +139,8 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         fmt = text_format["schema"]
 
     raw_tools = body.get("tools") or []
-    tools, offered = _tools(_declared(raw_tools, body.get("input")))
-    if body.get("tool_choice") == "none":
-        tools = None
+    declared, offered = _tools(_declared(raw_tools, body.get("input")))
+    tools, forced_call = oai.tool_choice(body.get("tool_choice"), declared)
     echo = {
         "instructions": instructions or None,
         "tools": raw_tools,
@@ -158,7 +157,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
     }
     return ResponsesParams(messages=messages, options=options, format=fmt, tools=tools, think=think,
                            stream=field(body, "stream", bool, False), echo=echo, offered=offered,
-                           forced=oai.forced_choice(body.get("tool_choice"), tools))
+                           forced=forced_call)
 
 
 def _input_messages(raw: Any) -> list[Message]:

@@ -179,3 +179,39 @@ async def test_anthropic_any_is_a_call_of_the_tool_the_model_picked(tools_server
     with pytest.raises(anthropic.BadRequestError, match="rm_rf"):
         await client.messages.create(model="tiny", max_tokens=64, messages=ASK, tools=ant_tools,
                                      tool_choice={"type": "tool", "name": "rm_rf"})
+
+
+# -- allowed_tools: the tools a request may use, a call among them forced in "required" mode -------------------------
+
+def test_allowed_tools_offer_only_the_listed_tools() -> None:
+    from ollama_py.server import openai_translate as oai
+    from ollama_py.server import responses_translate as rt
+
+    chat = {"messages": ASK, "tools": TOOLS}
+    auto = oai.parse_chat({**chat, "tool_choice": {"type": "allowed_tools", "allowed_tools": {
+        "mode": "auto", "tools": [{"type": "function", "function": {"name": "get_time"}}]}}})
+    assert [t["function"]["name"] for t in auto.tools or []] == ["get_time"] and auto.forced is None
+    required = oai.parse_chat({**chat, "tool_choice": {"type": "allowed_tools", "allowed_tools": {
+        "mode": "required", "tools": [{"type": "function", "function": {"name": "get_weather"}}]}}})
+    assert required.forced is not None and required.forced.tools == (WEATHER,)
+    responses = rt.parse_responses({"input": "Hi", "tools": [RESP_WEATHER], "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_weather"}]}})
+    assert responses.forced is not None and [t["function"]["name"] for t in responses.forced.tools] == ["get_weather"]
+    with pytest.raises(BadRequest, match="mode"):
+        oai.parse_chat({**chat, "tool_choice": {"type": "allowed_tools", "allowed_tools": {"tools": []}}})
+    # "none" offers nothing; a hosted tool's choice (not ours to run) leaves the tools as they are
+    assert oai.parse_chat({**chat, "tool_choice": "none"}).tools is None
+    assert oai.parse_chat({**chat, "tool_choice": {"type": "web_search_preview"}}).tools == TOOLS
+
+
+async def test_allowed_tools_required_is_a_call_of_one_of_them(tools_server: Callable[..., Any],
+                                                               tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    url = await tools_server(FAKE_REPLY="{}", FAKE_LOG_FILE=str(log))
+    answer = await oai_client(url).chat.completions.create(
+        model="tiny", messages=ASK, tools=TOOLS,
+        tool_choice={"type": "allowed_tools", "allowed_tools": {
+            "mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]}})
+    [call] = answer.choices[0].message.tool_calls or []
+    assert call.function.name == "get_time" and json.loads(call.function.arguments) == {}
+    assert schemas_asked(log) == [{"type": "object", "properties": {}}]
