@@ -117,3 +117,36 @@ async def test_a_chat_format_nested_past_the_limit_is_a_400_not_the_runners_5xx(
     # a deep but real schema goes through
     r = await client.post("/api/chat", data=head + nested(40) + "}", headers={"Content-Type": "application/json"})
     assert r.status == 200, await r.text()
+
+
+# -- the scans a body gets before decoding (on the event loop: an agent's request is 50 KB) ---------------------------
+
+@pytest.mark.parametrize(("text", "flagged", "refused"), [
+    (b'{"t": 1e400}', True, True), (b'{"t": [2.5E+308, 1]}', True, True), (b'{"t": ' + b"9" * 400 + b"}", True, True),
+    (b'{"t": -1e-999\n}', True, False),  # (underflows to 0, as in Go)
+    (b'{"t": ' + b"1" * 309 + b"}", True, False),  # (1.1e308: within float64)
+    (b'{"t": 1e40}', False, False), (b'{"t": 1e10, "u": 123456}', False, False),
+    # hex ids and UUIDs in text, as every agent request carries: no numbers
+    (b'{"id": "262e8277ac666116b", "s": "e201643a-703e-481e-a175-c2708345e524"}', False, False),
+])
+def test_only_a_number_that_may_pass_float64_takes_the_checking_path(text: bytes, flagged: bool,
+                                                                     refused: bool) -> None:
+    from ollama_py.server.bodies import decode_json, maybe_huge_number
+
+    assert maybe_huge_number(text) is flagged
+    if refused:
+        with pytest.raises(BadRequest, match="into Go value of type float64"):
+            decode_json(text)
+    else:
+        assert decode_json(text)
+
+
+def test_a_surrogate_pair_is_one_character_and_a_lone_half_is_replaced() -> None:
+    from ollama_py.server.bodies import _LONE_SURROGATE, decode_json
+
+    pairs = b'{"e": "\\ud83d\\ude00 and \\uD83E\\uDD16"}'
+    assert _LONE_SURROGATE.search(pairs) is None
+    assert decode_json(pairs) == {"e": "\U0001f600 and \U0001f916"}
+    for lone in (b'{"e": "\\ud83d x"}', b'{"e": "x \\ude00"}', b'{"e": "\\ude00\\ud83d"}', b'{"e": "\\ud800\\ud800"}'):
+        assert _LONE_SURROGATE.search(lone) is not None, lone
+        assert "\ufffd" in decode_json(lone)["e"]
