@@ -8,8 +8,8 @@ their `json_fields` tags (omitempty included) or a MarshalJSON hook.
 from __future__ import annotations
 
 import base64
-import json
 import re
+from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
 
 from ollama_py.template.gofmt import format_float_json, sorted_items
@@ -50,8 +50,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def encode_string(s: str) -> str:
     if _SURROGATE.search(s):
         return '"' + s.translate(_STRING_TABLE) + '"'
-    # Python's encoder (C speed) writes what Go's does, but for Go's HTML-safe escapes.
-    text = json.dumps(s, ensure_ascii=False)
+    # Python's encoder (C speed) writes what Go's does, but for Go's HTML-safe escapes. (Its string encoder called
+    # directly: json.dumps(s, ensure_ascii=False) built an encoder for each string, hundreds per agent request.)
+    text = _encode_basestring(s)
     for ch in _HTML_UNSAFE:
         if ch in text:
             text = text.replace(ch, _ESCAPES[ch])

@@ -534,3 +534,26 @@ def test_template_uses_falls_back_to_text_for_unsupported_templates() -> None:
     text = '{{ 1+2i }}{{ range .Tools }}{{ . }}{{ end }}'
     assert template_uses(text, "Tools")
     assert not template_uses(text, "Suffix")
+
+
+def test_the_same_tool_is_one_value_its_json_written_once() -> None:
+    """An agent sends the same tools every turn: each is converted once (by its JSON) and its JSON written once;
+    what a template prints is as before, a changed tool is converted anew, a bad one still refused."""
+    from ollama_py.template import ollama_data
+
+    printed = "{{ range .Messages }}{{ end }}{{ range .Tools }}{{ json . }}|{{ .Function }}{{ end }}"
+    tool = {"type": "function", "function": {"name": "edit", "description": "Edit <a> & <b>",
+                                             "parameters": {"type": "object", "required": ["path"],
+                                                            "properties": {"path": {"type": "string"}}}}}
+    first = ollama_data.template_tool(tool)
+    assert ollama_data.template_tool(dict(tool)) is first
+    text = render_prompt(printed, messages=[HELLO], tools=[tool], system=None, suffix=None, think=None)
+    assert text == render_prompt(printed, messages=[HELLO], tools=[tool], system=None, suffix=None, think=None)
+    assert '"description":"Edit \\u003ca\\u003e \\u0026 \\u003cb\\u003e"' in text  # Go's HTML-safe escapes
+    assert '"required":["path"]' in text
+    changed = {**tool, "function": {**tool["function"], "name": "write"}}
+    assert ollama_data.template_tool(changed) is not first
+    assert '"name":"write"' in render_prompt(printed, messages=[HELLO], tools=[changed], system=None, suffix=None,
+                                              think=None)
+    with pytest.raises(TemplateError):
+        ollama_data.template_tool({"type": "function", "function": {"name": 3}}, 2)
