@@ -34,7 +34,7 @@ from ollama_py.server.truncation import (
 )
 from ollama_py.template.forced_calls import ForcedCall
 from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
-from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag
+from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag, known_tool_tag
 
 if TYPE_CHECKING:
     from ollama_py.server.streaming import Lane  # streaming imports Delta from here
@@ -327,8 +327,12 @@ class _Split:
             opening, closing = infer_tags(req.model.template or "")
             thinking = ThinkingParser(opening, closing, inside=prompt_text(prompt).rstrip().endswith(opening))
         calls = None
-        if req.tools:  # the tag comes from rendering the template (once per template, off the loop)
-            calls = ToolCallParser(req.tools, await asyncio.to_thread(infer_tool_tag, req.model.template))
+        if req.tools:  # the tag comes from rendering the template (once per template, off the loop; then no thread)
+            template = req.model.template
+            tag = known_tool_tag(template)
+            if tag is None:
+                tag = await asyncio.to_thread(infer_tool_tag, template)
+            calls = ToolCallParser(req.tools, tag)
         return None if thinking is None and calls is None else cls(thinking, calls)
 
     def add(self, content: str, stop: bool) -> tuple[str, str, list[ToolCall]]:

@@ -16,7 +16,6 @@ Without a template to ask (a GGUF's own chat template) the tag is `<tool_call>`,
 from __future__ import annotations
 
 import enum
-import functools
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -32,11 +31,29 @@ _PROBE_NAME = "zz_probe_tool_zz"
 _PROBE_TEXT = "zz_probe_text_zz"
 
 
-@functools.lru_cache(maxsize=64)
+_TAGS: dict[str | None, str] = {}  # infer_tool_tag's answers by template
+_TAGS_MAX = 64
+
+
+def known_tool_tag(template: str | None) -> str | None:
+    """infer_tool_tag's answer if it is known already (a lookup, for the event loop), else None."""
+    return _TAGS.get(template)
+
+
 def infer_tool_tag(template: str | None) -> str:
     """The text the template writes before a past tool call's JSON that it does not write before a past answer's
     text ("<tool_call>", "[TOOL_CALLS]"); JSON_TAG when the JSON comes first; DEFAULT_TAG without a template (or
-    one that does not render calls)."""
+    one that does not render calls). Renders the template twice the first time (blocking), remembered after."""
+    tag = _TAGS.get(template)
+    if tag is None:
+        tag = _infer_tool_tag(template)
+        if len(_TAGS) >= _TAGS_MAX:
+            _TAGS.clear()
+        _TAGS[template] = tag
+    return tag
+
+
+def _infer_tool_tag(template: str | None) -> str:
     if not template:
         return DEFAULT_TAG
     tools = [{"type": "function", "function": {"name": _PROBE_NAME, "description": "",

@@ -83,3 +83,14 @@ def test_infer_tool_tag(template: str, tag: str) -> None:
 def test_infer_tool_tag_without_a_template() -> None:
     assert infer_tool_tag(None) == DEFAULT_TAG
     assert infer_tool_tag("") == DEFAULT_TAG
+
+
+def test_a_templates_tag_is_worked_out_once_and_then_known() -> None:
+    """The tag is found by rendering the template (blocking, in a thread); each request after the first finds it
+    known, with no thread hop."""
+    from ollama_py.template.tool_calls import known_tool_tag
+
+    template = (TEMPLATES / "qwen2.5.gotmpl").read_text() + "{{/* a copy */}}"
+    assert known_tool_tag(template) is None
+    tag = infer_tool_tag(template)
+    assert tag == "<tool_call>" and known_tool_tag(template) == tag
