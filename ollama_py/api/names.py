@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from ollama_py.errors import InvalidModelName
+from ollama_py.memo import Memo
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
@@ -65,21 +66,9 @@ class ModelName:
         return (self.host.lower(), self.namespace.lower(), self.model.lower(), self.tag.lower())
 
 
-_PARSED: dict[str, ModelName] = {}  # parse_name's answers (a ModelName is immutable): every request names a model
-_PARSED_MAX = 4096  # past it, the memo starts again
-
-
 def parse_name(raw: str) -> ModelName:
     """Parse and validate a model name, filling defaults. Raises InvalidModelName."""
-    if type(raw) is str:
-        name = _PARSED.get(raw)
-        if name is None:
-            name = _parse(raw)
-            if len(_PARSED) >= _PARSED_MAX:
-                _PARSED.clear()
-            _PARSED[raw] = name
-        return name
-    return _parse(raw)
+    return _PARSED(raw) if type(raw) is str else _parse(raw)
 
 
 def _parse(raw: str) -> ModelName:
@@ -114,6 +103,10 @@ def _parse(raw: str) -> ModelName:
     if not ok or any(p in (".", "..") or p.startswith("..") for p in (host, namespace, model, tag)):
         raise InvalidModelName()
     return ModelName(host, namespace, model, tag, scheme)
+
+
+# parse_name's answers (a ModelName is immutable): every request names its model
+_PARSED: Memo[str, ModelName] = Memo(_parse, 4096)
 
 
 def is_valid_digest(digest: str) -> bool:

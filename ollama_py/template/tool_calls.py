@@ -23,6 +23,7 @@ from typing import Any
 
 from ollama_py.api.wire import ToolCall
 from ollama_py.errors import OllamaError
+from ollama_py.memo import Memo
 from ollama_py.template.prompt import render_prompt
 
 DEFAULT_TAG = "<tool_call>"
@@ -31,26 +32,16 @@ _PROBE_NAME = "zz_probe_tool_zz"
 _PROBE_TEXT = "zz_probe_text_zz"
 
 
-_TAGS: dict[str | None, str] = {}  # infer_tool_tag's answers by template
-_TAGS_MAX = 64
-
-
 def known_tool_tag(template: str | None) -> str | None:
     """infer_tool_tag's answer if it is known already (a lookup, for the event loop), else None."""
-    return _TAGS.get(template)
+    return _TAGS.known(template)
 
 
 def infer_tool_tag(template: str | None) -> str:
     """The text the template writes before a past tool call's JSON that it does not write before a past answer's
     text ("<tool_call>", "[TOOL_CALLS]"); JSON_TAG when the JSON comes first; DEFAULT_TAG without a template (or
     one that does not render calls). Renders the template twice the first time (blocking), remembered after."""
-    tag = _TAGS.get(template)
-    if tag is None:
-        tag = _infer_tool_tag(template)
-        if len(_TAGS) >= _TAGS_MAX:
-            _TAGS.clear()
-        _TAGS[template] = tag
-    return tag
+    return _TAGS(template)
 
 
 def _infer_tool_tag(template: str | None) -> str:
@@ -80,6 +71,9 @@ def _infer_tool_tag(template: str | None) -> str:
         return DEFAULT_TAG
     tag = with_call[common:start].strip().rstrip("[").strip()
     return tag or JSON_TAG
+
+
+_TAGS: Memo[str | None, str] = Memo(_infer_tool_tag, 64)  # infer_tool_tag's answers by template
 
 
 def _closing(tag: str) -> str:

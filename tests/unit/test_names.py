@@ -215,7 +215,7 @@ def test_a_name_is_parsed_once_and_a_bad_one_refused_every_time() -> None:
     for _ in range(2):
         with pytest.raises(InvalidModelName):
             parse_name("../etc:passwd")
-    for k in range(names._PARSED_MAX + 5):
+    for k in range(names._PARSED.limit + 5):
         parse_name(f"m{k}")
-    assert len(names._PARSED) <= names._PARSED_MAX
+    assert len(names._PARSED) <= names._PARSED.limit
     assert parse_name("m0").model == "m0"
