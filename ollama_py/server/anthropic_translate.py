@@ -54,6 +54,7 @@ class MessagesParams:
     think: bool | str | None = None  # thinking enabled/disabled, or an effort's level (budget_tokens: an option)
     show_thinking: bool = True  # thinking.display "omitted": thinking blocks go out empty (the model still thinks)
     forced: ForcedCall | None = None  # tool_choice {"type": "any"} or {"type": "tool", "name": ...}: a call
+    single_call: bool = False  # tool_choice's disable_parallel_tool_use: at most one tool_use block
 
 
 def new_message_id() -> str:
@@ -236,6 +237,15 @@ def _forced(choice: Any, tools: list[Tool] | None) -> ForcedCall | None:
     return None
 
 
+def _one_tool_use(choice: Any) -> bool:
+    """tool_choice's disable_parallel_tool_use (on "auto", "any" and "tool"): at most one tool_use block."""
+    if not isinstance(choice, dict) or choice.get("disable_parallel_tool_use") is None:
+        return False
+    if not isinstance(choice["disable_parallel_tool_use"], bool):
+        raise BadRequest("tool_choice.disable_parallel_tool_use: Input should be a valid boolean")
+    return choice["disable_parallel_tool_use"]
+
+
 _EDITOR_COMMANDS = ["view", "create", "str_replace", "insert"]
 _FILE_FIELDS = {
     "path": {"type": "string", "description": "Absolute path to the file or directory"},
@@ -315,6 +325,7 @@ def parse_messages(body: dict[str, Any]) -> MessagesParams:
     tools = _tools(body.get("tools"), body.get("tool_choice"))
     return MessagesParams(messages=messages, options=options, tools=tools,
                           forced=_forced(body.get("tool_choice"), tools),
+                          single_call=_one_tool_use(body.get("tool_choice")),
                           stream=typed_field(body, "stream", bool, False),
                           estimated_input_tokens=_estimate_tokens(body),
                           think=_thinking(body.get("thinking"), _effort(body.get("output_config"))),

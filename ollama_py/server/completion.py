@@ -90,6 +90,7 @@ class CompletionRequest:
     shift: bool = True  # at the end of the context, shift it and go on (False: stop there, done_reason "length")
     progress: bool = False  # stream prompt-processing progress (Delta.progress) before the first token
     forced: ForcedCall | None = None  # the answer must call one of the tools (tool_choice): JSON under a schema
+    single_call: bool = False  # at most one tool call in the answer (parallel_tool_calls: false): later ones dropped
 
     @property
     def thinks(self) -> bool:
@@ -313,8 +314,9 @@ class _PromptIds:
 class _Split:
     """The thinking and tool-call parsers of one completion: an event's text as (thought, content, calls)."""
 
-    def __init__(self, thinking: ThinkingParser | None, calls: ToolCallParser | None) -> None:
+    def __init__(self, thinking: ThinkingParser | None, calls: ToolCallParser | None, single: bool = False) -> None:
         self.thinking, self.calls = thinking, calls
+        self.room = 1 if single else -1  # calls still allowed (-1: any number)
 
     @classmethod
     async def for_request(cls, req: CompletionRequest, prompt: str | list[Any] | dict[str, Any]) -> _Split | None:
@@ -333,7 +335,7 @@ class _Split:
             if tag is None:
                 tag = await asyncio.to_thread(infer_tool_tag, template)
             calls = ToolCallParser(req.tools, tag)
-        return None if thinking is None and calls is None else cls(thinking, calls)
+        return None if thinking is None and calls is None else cls(thinking, calls, req.single_call)
 
     def add(self, content: str, stop: bool) -> tuple[str, str, list[ToolCall]]:
         thought = ""
@@ -348,6 +350,8 @@ class _Split:
             if stop:
                 more_content, more_calls = self.calls.finish()
                 content, calls = content + more_content, calls + more_calls
+            if self.room >= 0 and calls:  # one call asked for: a model that makes more has them dropped
+                calls, self.room = calls[:self.room], max(0, self.room - len(calls))
         return thought, content, calls
 
 

@@ -53,6 +53,7 @@ class ChatParams:
     top_logprobs: int | None  # None: no logprobs; else how many alternatives per token (0..20)
     think: bool | str | None = None  # reasoning_effort / reasoning.effort: a level, False for "none"
     forced: ForcedCall | None = None  # tool_choice "required" or a named function: the answer is a call
+    single_call: bool = False  # parallel_tool_calls: false
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +342,7 @@ def parse_chat(body: dict[str, Any]) -> ChatParams:
         top_logprobs=top,
         think=_reasoning(body),
         forced=forced_call,
+        single_call=not field(body, "parallel_tool_calls", bool, True),
     )
 
 

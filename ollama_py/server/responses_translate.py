@@ -107,6 +107,7 @@ class ResponsesParams:
     echo: dict[str, Any]  # the request's settings, repeated in every response object
     offered: Offered = field_(default_factory=Offered)
     forced: ForcedCall | None = None  # tool_choice "required" or a named tool: the answer is a call
+    single_call: bool = False  # parallel_tool_calls: false
 
 
 # -- requests -----------------------------------------------------------------------------------------------
@@ -154,10 +155,11 @@ def parse_responses(body: dict[str, Any]) -> ResponsesParams:
         "background": field(body, "background", bool, False),
         "prompt_cache_key": field(body, "prompt_cache_key", str),
         "tool_choice": body.get("tool_choice") or "auto",
+        "parallel_tool_calls": field(body, "parallel_tool_calls", bool, True),
     }
     return ResponsesParams(messages=messages, options=options, format=fmt, tools=tools, think=think,
                            stream=field(body, "stream", bool, False), echo=echo, offered=offered,
-                           forced=forced_call)
+                           forced=forced_call, single_call=not echo["parallel_tool_calls"])
 
 
 def _input_messages(raw: Any) -> list[Message]:
@@ -453,7 +455,7 @@ def response_object(response_id: str, model: str, echo: dict[str, Any], status: 
         "incomplete_details": None, "model": model, "previous_response_id": None,
         "instructions": echo["instructions"], "output": output, "error": None, "tools": echo["tools"],
         "tool_choice": echo.get("tool_choice") or "auto", "truncation": echo["truncation"],
-        "parallel_tool_calls": True, "text": echo["text"],
+        "parallel_tool_calls": echo.get("parallel_tool_calls", True), "text": echo["text"],
         "top_p": echo["top_p"], "presence_penalty": 0, "frequency_penalty": 0, "top_logprobs": 0,
         "temperature": echo["temperature"], "reasoning": echo["reasoning"], "usage": usage,
         "max_output_tokens": echo["max_output_tokens"], "max_tool_calls": None, "store": False,

@@ -46,7 +46,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     think = (True if params.think is None else params.think) if "thinking" in caps else None
     req = CompletionRequest(model=model, options=opts, keep_alive=ka,
                             messages=await per_item(n, chat_messages, model, params.messages),
-                            tools=params.tools, think=think, started=started, forced=params.forced)
+                            tools=params.tools, think=think, started=started, forced=params.forced,
+                            single_call=params.single_call)
     msg_id = ant.new_message_id()
     events = run_completion(request.app[SCHEDULER], req)
 

@@ -49,7 +49,7 @@ async def _chat_request(request: web.Request, body: dict[str, Any], names: tuple
     opts = merged_options(request, model, params.options)
     return CompletionRequest(model=model, options=opts, keep_alive=ka, format=params.format,
                              messages=await per_item(n, chat_messages, model, params.messages), tools=params.tools,
-                             logprobs=logprobs, forced=params.forced,
+                             logprobs=logprobs, forced=params.forced, single_call=params.single_call,
                              think=oai.think_for(params.think, model), started=started)
 
 
