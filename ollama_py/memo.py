@@ -1,5 +1,6 @@
 """A pure function's answers, remembered up to a bound (past it the memo starts again): for lookups every request
-makes with the same few keys (a model's name, a template's call tag)."""
+makes with the same few keys (a model's name, a template's call tag). Made by the memo's own function (calling
+it), or by the caller where the answer needs more than the key (`known`, then `keep`)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ class Memo(Generic[K, V]):
         """make(key), made once. Exceptions are not remembered."""
         value = self._answers.get(key)
         if value is None:
-            value = self._make(key)
-            if len(self._answers) >= self.limit:
-                self._answers.clear()
-            self._answers[key] = value
+            value = self.keep(key, self._make(key))
+        return value
+
+    def keep(self, key: K, value: V) -> V:
+        """Remember value as key's answer (a full memo starts again); gives it back."""
+        if len(self._answers) >= self.limit:
+            self._answers.clear()
+        self._answers[key] = value
         return value
 
     def known(self, key: K) -> V | None:

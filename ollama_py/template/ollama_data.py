@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from ollama_py import fastjson
 from ollama_py.errors import TemplateError
+from ollama_py.memo import Memo
 from ollama_py.template.gojson import marshal, marshal_ordered
 from ollama_py.template.values import GoNamed, GoStruct, JsonField
 
@@ -276,8 +277,9 @@ def _properties(value: Any, where: str) -> GoNamed:
     return GoNamed(props, "template.templateProperties", "map", string=to_string, elem_zero=lambda: tool_property({}))
 
 
-_TOOLS: dict[str, GoStruct] = {}  # template_tool's answers by the tool's JSON: an agent sends the same tools each turn
-_TOOLS_MAX = 1024  # past it, the memo starts again
+# template_tool's answers by the tool's JSON (an agent sends the same tools each turn); made with the tool's index,
+# which only an error names
+_TOOLS: Memo[str, GoStruct] = Memo(lambda key: _template_tool(json.loads(key), 0), 1024)
 
 
 def template_tool(tool: Any, index: int = 0) -> GoStruct:
@@ -290,13 +292,8 @@ def template_tool(tool: Any, index: int = 0) -> GoStruct:
         key = fastjson.dumps(tool)
     except (TypeError, ValueError, RecursionError):  # not JSON: converted (and refused) as it is
         return _template_tool(tool, index)
-    value = _TOOLS.get(key)
-    if value is None:
-        value = _template_tool(tool, index)
-        if len(_TOOLS) >= _TOOLS_MAX:
-            _TOOLS.clear()
-        _TOOLS[key] = value
-    return value
+    value = _TOOLS.known(key)
+    return value if value is not None else _TOOLS.keep(key, _template_tool(tool, index))
 
 
 def _json_once(struct: GoStruct) -> GoStruct:
