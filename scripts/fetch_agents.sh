@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Install the coding agents the integration tests drive (tests/integration/test_agents_cli.py) from npm into the
-# cache, once: Claude Code, OpenAI's Codex CLI and OpenCode, at pinned versions. Prints nothing when they are
-# already there.
+# cache, once: Claude Code, OpenAI's Codex CLI and OpenCode, at pinned versions, and the ollama-js library (the
+# `ollama` package, tests/integration/test_ollama_js.py). Prints nothing when they are already there.
 #
 # Usage: scripts/fetch_agents.sh            -> $OLLAMA_PY_CACHE/agents (default ~/.cache/ollama-py/agents)
-#        then $DIR/node_modules/.bin/claude, .../codex and .../opencode
+#        then $DIR/node_modules/.bin/claude, .../codex and .../opencode, and $DIR/node_modules/ollama
 # Exit status: 0 installed; 2 npm or its registry is not reachable (the message says which; the tests skip then);
 # anything else a real failure.
 set -euo pipefail
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
 OPENCODE_VERSION=1.18.33
+OLLAMA_JS_VERSION=0.6.4
 DIR="${OLLAMA_PY_CACHE:-$HOME/.cache/ollama-py}/agents"
 
 installed() {  # the version of an installed package, or nothing
@@ -24,7 +25,7 @@ works() {  # the CLIs start and say their version
 
 if [ "$(installed @anthropic-ai/claude-code)" = "$CLAUDE_CODE_VERSION" ] \
    && [ "$(installed @openai/codex)" = "$CODEX_VERSION" ] && [ "$(installed opencode-ai)" = "$OPENCODE_VERSION" ] \
-   && DISABLE_AUTOUPDATER=1 works; then
+   && [ "$(installed ollama)" = "$OLLAMA_JS_VERSION" ] && DISABLE_AUTOUPDATER=1 works; then
   exit 0
 fi
 if ! command -v npm >/dev/null 2>&1; then
@@ -35,13 +36,14 @@ if ! npm view --silent "@openai/codex@$CODEX_VERSION" version >/dev/null 2>&1; t
   echo "fetch_agents: the npm registry ($(npm config get registry)) is not reachable: coding-agent tests skip" >&2
   exit 2
 fi
-echo "==> installing Claude Code $CLAUDE_CODE_VERSION, Codex CLI $CODEX_VERSION and OpenCode $OPENCODE_VERSION" \
-  "from npm into $DIR" >&2
+echo "==> installing Claude Code $CLAUDE_CODE_VERSION, Codex CLI $CODEX_VERSION, OpenCode $OPENCODE_VERSION and" \
+  "ollama-js $OLLAMA_JS_VERSION from npm into $DIR" >&2
 mkdir -p "$DIR"
 # Claude Code's package asks for node >= 22 but runs a native binary (its postinstall, plain node, puts it in
 # place); Debian 12's node 18 installs it with an engine warning, which we silence.
 npm install --prefix "$DIR" --save-exact --no-audit --no-fund --loglevel=error \
-  "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" "opencode-ai@$OPENCODE_VERSION" >&2
+  "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" "opencode-ai@$OPENCODE_VERSION" \
+  "ollama@$OLLAMA_JS_VERSION" >&2
 if ! DISABLE_AUTOUPDATER=1 works; then
   echo "fetch_agents: installed, but claude, codex or opencode does not start: try" \
     "$DIR/node_modules/.bin/opencode --version" >&2

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from tests.fakes.gguf_files import write_tiny_gguf
-from tests.helpers.paths import ROOT
+from tests.helpers.npm import node_modules
 from tests.helpers.processes import start_fake_serve
 from tests.helpers.serve import stop_serve
 
@@ -41,13 +41,9 @@ def tool_call(name: str, arguments: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def agents_bin() -> Path:
-    """node_modules/.bin holding `claude` and `codex`, installed by scripts/fetch_agents.sh (once, cached)."""
-    done = subprocess.run([str(ROOT / "scripts" / "fetch_agents.sh")], capture_output=True, text=True, timeout=900)
-    if done.returncode == 2:
-        pytest.skip(done.stderr.strip().splitlines()[-1])
-    assert done.returncode == 0, done.stderr
-    cache = Path(os.environ.get("OLLAMA_PY_CACHE") or Path.home() / ".cache" / "ollama-py")
-    return cache / "agents" / "node_modules" / ".bin"
+    """node_modules/.bin holding `claude`, `codex` and `opencode`, installed by scripts/fetch_agents.sh (once,
+    cached)."""
+    return node_modules() / ".bin"
 
 
 @pytest.fixture(scope="module")
