@@ -9,6 +9,14 @@ from __future__ import annotations
 # What the fake says when told FAKE_REPLY=CALL: a call in the <tool_call> form qwen's templates write.
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy"]  # the fake's default answer
+# The tool CALL calls, as each API declares it: OpenAI chat (and Ollama), Anthropic, the Responses API.
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"city": {"type": "string"}}}}}]
+ANT_TOOLS = [{"name": "get_weather", "description": "The weather in a city",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+RESP_TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 # A GGUF chat template that mentions tools gives the model the "tools" capability (no TEMPLATE: default tag).
 GGUF_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
 # A Go TEMPLATE with tools and thinking, writing past calls after <tool_call> as qwen's does.

@@ -28,12 +28,9 @@ from llama_index.llms.ollama import Ollama  # noqa: E402
 from tests.fakes.gguf_files import write_tiny_gguf  # noqa: E402
 from tests.helpers.processes import start_fake_serve  # noqa: E402
 from tests.helpers.serve import stop_serve  # noqa: E402
-from tests.helpers.tool_calls import CALL, GGUF_TEMPLATE, WORDS  # noqa: E402
+from tests.helpers.tool_calls import CALL, GGUF_TEMPLATE, TOOLS, WORDS  # noqa: E402
 
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
 SENTENCE = "".join(WORDS)
 
 

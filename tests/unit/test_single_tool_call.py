@@ -15,15 +15,8 @@ import anthropic
 import openai
 import pytest
 
-from tests.helpers.tool_calls import CALL
+from tests.helpers.tool_calls import ANT_TOOLS, CALL, RESP_TOOLS, TOOLS
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
-ANT_TOOLS = [{"name": "get_weather", "description": "The weather in a city",
-              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-RESP_TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
-               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 ASK = [{"role": "user", "content": "Weather in Paris and Rome?"}]
 ROME = CALL.replace("Paris", "Rome")
 TWO_CALLS = {"FAKE_REPLY": CALL + "|" + ROME, "FAKE_REPLY_SPLIT": "|"}

@@ -14,15 +14,8 @@ import ollama
 import openai
 import pytest
 
-from tests.helpers.tool_calls import CALL, WORDS
+from tests.helpers.tool_calls import ANT_TOOLS, CALL, RESP_TOOLS, TOOLS, WORDS
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
-ANT_TOOLS = [{"name": "get_weather", "description": "The weather in a city",
-              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-RESP_TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
-               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
