@@ -204,6 +204,7 @@ class Operation:
 OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/", "Health check: `Ollama is running`", text="text/plain"),
     Operation("get", "/api/version", "Server version"),
+    Operation("get", "/api/status", "Cloud status: always disabled here (no ollama.com features)"),
     Operation("post", "/api/generate", "Generate a completion", "GenerateRequest", "ndjson"),
     Operation("post", "/api/chat", "Chat", "ChatRequest", "ndjson"),
     Operation("post", "/api/embed", "Embeddings (batch, normalized)", "EmbedRequest"),

@@ -66,6 +66,14 @@ async def version(request: web.Request) -> web.Response:
     return web.json_response({"version": OLLAMA_API_VERSION, "ollama_py": __version__})
 
 
+@routes.get("/api/status")
+async def status(request: web.Request) -> web.Response:
+    """Ollama's cloud status, which its CLI and app ask before offering cloud models or web search: ollama-py has
+    no ollama.com features, so they are always disabled -- by nothing the user set (Ollama's source "none"; its
+    others name OLLAMA_NO_CLOUD or its server config)."""
+    return web.json_response({"cloud": {"disabled": True, "source": "none"}})
+
+
 def _metrics(final: Final) -> Metrics:
     out: Metrics = {
         "total_duration": final.total_duration,

@@ -28,6 +28,16 @@ async def test_version_is_the_ollama_api_implemented_and_ours_beside_it(fake_app
     assert tuple(int(p) for p in body["version"].split(".")) >= (0, 13, 4)
 
 
+async def test_cloud_status_says_disabled(fake_app, aiohttp_client):
+    """Ollama's CLI and app ask /api/status before offering cloud models (`ollama launch`'s model list, web
+    search): here there are none, and it says so rather than a 404 they would read as "unknown"."""
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    resp = await client.get("/api/status")
+    assert resp.status == 200
+    assert await resp.json() == {"cloud": {"disabled": True, "source": "none"}}
+
+
 async def test_errors_come_in_each_protocols_envelope(fake_app, aiohttp_client):
     _, app = fake_app()
     client = await aiohttp_client(app)
