@@ -78,16 +78,21 @@ def error_response(request: web.Request, status: int, message: str,
                              dumps=lambda o: json.dumps(o, ensure_ascii=False))
 
 
-def not_found(request: web.Request) -> web.Response:
-    """What Ollama's router (gin) answers for a path it does not serve, or a method a path does not take:
-    404 with a plain-text body, whatever the prefix (no Allow header, no JSON envelope)."""
+def no_route(miss: web.HTTPException) -> web.Response:
+    """What Ollama's router (gin, with HandleMethodNotAllowed since Ollama 0.7) answers when no route matches, in
+    plain text whatever the prefix (no JSON envelope): a method the path does not take is 405 "405 method not
+    allowed" with an Allow header naming those it does; a path it does not serve is 404 "404 page not found"."""
+    if isinstance(miss, web.HTTPMethodNotAllowed):
+        return web.Response(status=405, text="405 method not allowed", content_type="text/plain",
+                            headers={"Allow": ", ".join(sorted(miss.allowed_methods))})
     return web.Response(status=404, text="404 page not found", content_type="text/plain")
 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler):
-    if request.match_info.http_exception is not None and request.method != "OPTIONS":  # CORS preflights pass
-        return not_found(request)  # no route: an unknown path or an unsupported method
+    miss = request.match_info.http_exception
+    if miss is not None and request.method != "OPTIONS":  # CORS preflights pass
+        return no_route(miss)  # an unknown path, or a method the path does not take
     try:
         return await handler(request)
     except ServerBusy as e:

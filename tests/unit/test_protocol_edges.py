@@ -117,18 +117,28 @@ async def test_anthropic_messages_take_a_role_in_any_case(client):
     assert (await r.json())["content"] == [{"type": "text", "text": "The quick"}]
 
 
-@pytest.mark.parametrize("method,path,body", [
-    ("GET", "/api/generate", None), ("PUT", "/api/tags", b"{}"), ("DELETE", "/api/chat", None),
-    ("GET", "/api/delete", None), ("POST", "/api/delete", b'{"model": "tiny"}'), ("POST", "/api/version", None),
-    ("POST", "/api/ps", None), ("GET", "/api/create", None), ("GET", "/api/blobs/sha256:" + "a" * 64, None),
-    ("PATCH", "/v1/chat/completions", b"{}"), ("GET", "/v1/messages", None), ("POST", "/v1/models", b"{}"),
-    ("GET", "/api/nope", None), ("POST", "/v1/nope", b"{}"),
+@pytest.mark.parametrize("method,path,body,allow", [
+    ("GET", "/api/generate", None, "POST"), ("PUT", "/api/tags", b"{}", "GET, HEAD"),
+    ("DELETE", "/api/chat", None, "POST"), ("GET", "/api/delete", None, "DELETE"),
+    ("POST", "/api/delete", b'{"model": "tiny"}', "DELETE"), ("POST", "/api/version", None, "GET, HEAD"),
+    ("POST", "/api/ps", None, "GET, HEAD"), ("GET", "/api/create", None, "POST"),
+    ("GET", "/api/blobs/sha256:" + "a" * 64, None, "HEAD, POST"), ("PATCH", "/v1/chat/completions", b"{}", "POST"),
+    ("GET", "/v1/messages", None, "POST"), ("POST", "/v1/models", b"{}", "GET, HEAD"),
 ], ids=["get-generate", "put-tags", "delete-chat", "get-delete", "post-delete", "post-version", "post-ps",
-        "get-create", "get-blob", "patch-oai-chat", "get-anthropic", "post-oai-models", "unknown-path",
-        "unknown-v1-path"])
-async def test_an_unsupported_method_or_path_is_ollamas_plain_404(client, method, path, body):
-    """Ollama's gin router answers both with 404 "404 page not found" as text/plain, and no Allow header."""
+        "get-create", "get-blob", "patch-oai-chat", "get-anthropic", "post-oai-models"])
+async def test_a_method_a_path_does_not_take_is_ollamas_plain_405(client, method, path, body, allow):
+    """Ollama's gin router (HandleMethodNotAllowed, since Ollama 0.7) answers 405 "405 method not allowed" as
+    text/plain, with an Allow header naming the methods the path takes."""
     r = await client.request(method, path, data=body, headers={"Content-Type": "application/json"})
+    assert r.status == 405
+    assert r.content_type == "text/plain" and await r.text() == "405 method not allowed"
+    assert r.headers["Allow"] == allow
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/api/nope"), ("POST", "/v1/nope"), ("POST", "/api/generate/x")])
+async def test_a_path_nothing_serves_is_ollamas_plain_404(client, method, path):
+    """gin's answer for a path no route has: 404 "404 page not found" as text/plain, no Allow header."""
+    r = await client.request(method, path, data=b"{}", headers={"Content-Type": "application/json"})
     assert r.status == 404
     assert r.content_type == "text/plain" and await r.text() == "404 page not found"
     assert "Allow" not in r.headers
