@@ -112,6 +112,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "UnloadRequest": _obj(("model",), model=_NAME),
     "ShowRequest": _obj(("model",), model=_NAME, verbose=_BOOL, system=_STR, template=_STR,
                         options=_ref("Options")),
+    # Ollama's web tools (proxied to ollama.com there; cloud features are disabled here: a 403 that says so)
+    "WebSearchRequest": _obj(("query",), query=_STR, max_results=_INT),
+    "WebFetchRequest": _obj(("url",), url=_STR),
     "CopyRequest": _obj(("source", "destination"), source=_NAME, destination=_NAME),
     # Ollama's 400 "neither 'from' or 'files' was specified" unless one of them names something.
     "CreateRequest": {**_obj(
@@ -205,6 +208,10 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/", "Health check: `Ollama is running`", text="text/plain"),
     Operation("get", "/api/version", "Server version"),
     Operation("get", "/api/status", "Cloud status: always disabled here (no ollama.com features)"),
+    Operation("post", "/api/experimental/web_search", "Web search (Ollama's, via ollama.com): 403, cloud disabled",
+              "WebSearchRequest"),
+    Operation("post", "/api/experimental/web_fetch", "Web fetch (Ollama's, via ollama.com): 403, cloud disabled",
+              "WebFetchRequest"),
     Operation("post", "/api/generate", "Generate a completion", "GenerateRequest", "ndjson"),
     Operation("post", "/api/chat", "Chat", "ChatRequest", "ndjson"),
     Operation("post", "/api/embed", "Embeddings (batch, normalized)", "EmbedRequest"),

@@ -74,6 +74,24 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response({"cloud": {"disabled": True, "source": "none"}})
 
 
+@routes.post("/api/experimental/web_search")
+async def web_search(request: web.Request) -> web.Response:
+    """Ollama proxies this to ollama.com; with cloud features disabled it answers 403 (after refusing an empty
+    body), and here they always are: ollama-py connects nowhere its operator did not choose."""
+    return await _cloud_disabled(request, "web search is unavailable")
+
+
+@routes.post("/api/experimental/web_fetch")
+async def web_fetch(request: web.Request) -> web.Response:
+    return await _cloud_disabled(request, "web fetch is unavailable")
+
+
+async def _cloud_disabled(request: web.Request, operation: str) -> web.Response:
+    if not (await request.read()).strip():
+        raise BadRequest("missing request body")
+    return web.json_response({"error": f"ollama cloud is disabled: {operation}"}, status=403)
+
+
 def _metrics(final: Final) -> Metrics:
     out: Metrics = {
         "total_duration": final.total_duration,

@@ -38,6 +38,22 @@ async def test_cloud_status_says_disabled(fake_app, aiohttp_client):
     assert await resp.json() == {"cloud": {"disabled": True, "source": "none"}}
 
 
+@pytest.mark.parametrize(("path", "body", "what"), [
+    ("/api/experimental/web_search", {"query": "ollama"}, "web search"),
+    ("/api/experimental/web_fetch", {"url": "https://ollama.com"}, "web fetch"),
+])
+async def test_web_tools_say_cloud_is_disabled(fake_app, aiohttp_client, path, body, what):
+    """Ollama proxies its web tools to ollama.com and, with cloud features disabled, answers as here: nothing is
+    fetched from anywhere."""
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    resp = await client.post(path, json=body)
+    assert resp.status == 403
+    assert await resp.json() == {"error": f"ollama cloud is disabled: {what} is unavailable"}
+    empty = await client.post(path, data=b"")
+    assert empty.status == 400 and (await empty.json())["error"] == "missing request body"
+
+
 async def test_errors_come_in_each_protocols_envelope(fake_app, aiohttp_client):
     _, app = fake_app()
     client = await aiohttp_client(app)
