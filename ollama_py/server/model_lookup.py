@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ollama_py.api.media import media_needs
 from ollama_py.api.names import ModelName
 from ollama_py.api.options import validate_options
 from ollama_py.api.wire import Message, Tool
@@ -83,8 +84,14 @@ def check_chat_capabilities(model: Model, raw_name: str, messages: Sequence[Mess
         raise BadRequest(f'"{raw_name}" does not support tools')
     if check_think is not None:
         check_think()
-    if any(m.get("images") for m in messages) and "vision" not in caps:
-        raise BadRequest(f'"{raw_name}" does not support vision')
+    check_media(caps, raw_name, [item for m in messages for item in m.get("images") or ()])
+
+
+def check_media(caps: Sequence[str], raw_name: str, items: list[str]) -> None:
+    """Images need "vision", sounds (WAV, MP3, FLAC in `images`, as Ollama takes them) need "audio"."""
+    for cap in media_needs(items) if items else ():
+        if cap not in caps:
+            raise BadRequest(f'"{raw_name}" does not support {cap}')
 
 
 def merged_options(request: web.Request, model: Model, raw_options: Any) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from ollama_py.server.bodies import (
 )
 from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
 from ollama_py.server.metrics import queue_counts
-from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
+from ollama_py.server.model_lookup import check_chat_capabilities, check_media, find_model, merged_options
 from ollama_py.server.offload import LONG, count, per_item
 from ollama_py.server.rendering import parse_off_loop
 from ollama_py.server.streaming import Lane, collect, encode_long, long_context, ndjson, ndjson_line, now_rfc3339
@@ -199,8 +199,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         model = dataclasses.replace(model, template=template)
     if "completion" not in model.capabilities:  # an embedding model or a reranker
         raise BadRequest(f'"{raw_name}" does not support generate')
-    if images and "vision" not in model.capabilities:
-        raise BadRequest(f'"{raw_name}" does not support vision')
+    check_media(model.capabilities, raw_name, images)
     _check_think(body, model, raw_name)
     if suffix and "insert" not in model.capabilities:
         raise BadRequest(f'"{raw_name}" does not support insert')

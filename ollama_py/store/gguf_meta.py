@@ -180,6 +180,15 @@ class GGUFInfo:
         return self._arch("vision.block_count") is not None
 
     @property
+    def projector_media(self) -> frozenset[str]:
+        """What a projector (mmproj) file encodes: "vision", "audio" or both, as llama.cpp writes it
+        (clip.has_vision_encoder / clip.has_audio_encoder); a projector from before those keys is a vision one."""
+        vision, audio = self.kv.get("clip.has_vision_encoder"), self.kv.get("clip.has_audio_encoder")
+        if vision is None and audio is None:
+            return frozenset({"vision"})
+        return frozenset(kind for kind, said in (("vision", vision), ("audio", audio)) if said is True)
+
+    @property
     def is_projector(self) -> bool:
         """A standalone vision/audio projector (an mmproj file) rather than a language model."""
         if self.kind in ("projector", "mmproj"):

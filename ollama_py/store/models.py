@@ -77,6 +77,8 @@ class Model:
     info: GGUFInfo | None = field(default=None, repr=False, compare=False)  # the weights' header
     draft_path: Path | None = None  # the speculative-decoding draft model (a DRAFT layer), if any
     shards: tuple[Path, ...] = ()  # a split GGUF's files in order (model_path is the first); () for one file
+    # what the projectors encode ("vision", "audio"), read from their headers; () when unknown: a vision projector
+    projector_media: frozenset[str] = frozenset()
 
     @property
     def digest(self) -> str:
@@ -89,7 +91,7 @@ class Model:
 
     @property
     def capabilities(self) -> list[str]:
-        """Ollama's capability names: completion or embedding, vision, tools, insert, thinking; and ours, rerank
+        """Ollama's capability names: completion or embedding, vision, audio, tools, insert, thinking; and ours, rerank
         (alone: a reranker's runner answers neither chat nor embeddings), by PARAMETER rerank or else the GGUF.
         Worked out once per Model (the store hands out the same one while its manifest is unchanged; every
         inference request asks): a copy of that each time."""
@@ -102,8 +104,11 @@ class Model:
         if self.is_reranker:
             return ("rerank",)
         caps.append("embedding" if info is not None and info.is_embedding else "completion")
-        if self.projectors or (info is not None and info.has_vision):
+        media = self.projector_media or (frozenset({"vision"}) if self.projectors else frozenset())
+        if "vision" in media or (info is not None and info.has_vision):
             caps.append("vision")
+        if "audio" in media:
+            caps.append("audio")
         if self.template is not None:
             if template_uses(self.template, "Tools"):
                 caps.append("tools")
@@ -223,7 +228,12 @@ class ModelStore:
         if info is not None and len(shards) > 1:  # a split GGUF: its whole tensor table
             infos = [self._info_for(p) for p in shards[1:]]
             info = info.with_shards([i for i in infos if i is not None])
+        media: set[str] = set()
+        for projector in projectors:
+            header = self._info_for(projector)
+            media |= header.projector_media if header is not None else {"vision"}
         return Model(
+            projector_media=frozenset(media),
             name=stored, manifest=manifest, model_path=model_path, adapters=tuple(adapters),
             projectors=tuple(projectors), template=template, system=system, params=params,
             messages=messages, licenses=licenses, config=config, modified_at=modified_at,

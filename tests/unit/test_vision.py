@@ -102,3 +102,63 @@ async def test_the_ollama_client_sends_images(client, tmp_path):
     assert reply.message.content
     sent = client.sent()[-1]
     assert base64.b64decode(sent["multimodal_data"][0]) == picture.read_bytes()
+
+
+# -- audio: Ollama's "audio" capability and sounds in `images` ------------------------------------------------------
+
+WAV = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(32)).decode()
+MP3 = base64.b64encode(b"ID3\x04\x00\x00" + bytes(16)).decode()
+
+
+@pytest.fixture
+async def ears(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
+    """"ear": a projector with an audio encoder only; "omni": one with both; "seer": vision only."""
+    settings = make_settings(tmp_path)
+    store = ModelStore(settings.models)
+    model_digest, _ = store.blobs.write_file(tiny_gguf)
+    for name, kv in (("ear", {"clip.has_vision_encoder": False, "clip.has_audio_encoder": True}),
+                     ("omni", {"clip.has_vision_encoder": True, "clip.has_audio_encoder": True}),
+                     ("seer", {"clip.has_vision_encoder": True})):
+        projector = write_gguf(tmp_path / f"{name}.gguf", "clip", kv, general_type="projector")
+        proj_digest, _ = store.blobs.write_file(projector)
+        for _ in create_model(store, parse_name(name), {"files": {"model.gguf": model_digest,
+                                                                 "mmproj.gguf": proj_digest}}):
+            pass
+    log = tmp_path / "requests.jsonl"
+    c = await aiohttp_client(create_app(settings, scheduler=fake_scheduler(settings, {"FAKE_LOG_FILE": str(log)})))
+    c.sent = lambda: [b["prompt"] for line in log.read_text().splitlines()  # type: ignore[attr-defined]
+                      if isinstance((b := json.loads(line)).get("prompt"), dict)]
+    return c
+
+
+@pytest.mark.parametrize(("model", "expected"), [("ear", {"audio"}), ("omni", {"vision", "audio"}),
+                                                 ("seer", {"vision"})])
+async def test_a_projector_says_what_it_encodes(ears, model, expected):
+    caps = (await (await ears.post("/api/show", json={"model": model})).json())["capabilities"]
+    assert {"vision", "audio"} & set(caps) == expected
+
+
+async def test_chat_sends_a_sound_to_an_audio_model(ears):
+    r = await ears.post("/api/chat", json={"model": "ear", "stream": False, "messages": [
+        {"role": "user", "content": "What is said?", "images": [WAV]}]})
+    assert r.status == 200
+    sent = ears.sent()[-1]
+    assert sent["multimodal_data"] == [WAV] and f"{M}What is said?" in sent["prompt_string"]
+
+
+async def test_generate_sends_an_mp3_to_an_audio_and_vision_model(ears):
+    r = await ears.post("/api/generate", json={"model": "omni", "prompt": "Transcribe", "images": [MP3, CAT],
+                                               "stream": False})
+    assert r.status == 200
+    assert ears.sent()[-1]["multimodal_data"] == [MP3, CAT]
+
+
+@pytest.mark.parametrize(("model", "item", "error"), [
+    ("seer", WAV, '"seer" does not support audio'),
+    ("ear", CAT, '"ear" does not support vision'),
+])
+async def test_media_a_model_cannot_take_is_refused_by_kind(ears, model, item, error):
+    for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "hi", "images": [item]}]}),
+                       ("/api/generate", {"prompt": "hi", "images": [item]})):
+        r = await ears.post(path, json={"model": model, "stream": False, **body})
+        assert r.status == 400 and (await r.json())["error"] == error
