@@ -31,6 +31,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     from ollama_py.server import (
         openapi,
         routes_anthropic,
+        routes_audio,
         routes_load,
         routes_models,
         routes_native,
@@ -66,6 +67,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     app.add_routes(routes_transfer.routes)
     app.add_routes(routes_openai.routes)
     app.add_routes(routes_anthropic.routes)
+    app.add_routes(routes_audio.routes)
     app.add_routes(routes_tokens.routes)
     app.add_routes(routes_rerank.routes)
     app.add_routes(metrics_routes)

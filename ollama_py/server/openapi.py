@@ -202,6 +202,7 @@ class Operation:
     streams: str | None = None  # "ndjson" | "sse": the response may be a stream
     text: str | None = None  # the 200 is this text/* media type rather than JSON
     raw_body: bool = False  # application/octet-stream body (blob upload)
+    form: dict[str, Any] | None = None  # a multipart/form-data body: this schema (audio transcription)
 
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -235,6 +236,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("post", "/v1/embeddings", "OpenAI embeddings", "OpenAIEmbeddingRequest"),
     Operation("get", "/v1/models", "OpenAI model list"),
     Operation("get", "/v1/models/{model}", "OpenAI model"),
+    Operation("post", "/v1/audio/transcriptions", "OpenAI audio transcription (a model with the audio capability)",
+              form=_obj(("model", "file"), model=_NAME, file={"type": "string", "contentMediaType":
+                        "application/octet-stream"}, response_format=_STR, language=_STR, prompt=_STR)),
     Operation("post", "/v1/responses", "OpenAI responses (stateless)", "OpenAIResponsesRequest", "sse"),
     Operation("post", "/v1/messages", "Anthropic messages", "AnthropicMessagesRequest", "sse"),
     Operation("post", "/v1/messages/count_tokens", "Anthropic: tokens in a messages request's prompt",
@@ -283,6 +287,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         out["parameters"] = params
     if op.request is not None:
         out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.request)}}}
+    elif op.form is not None:
+        out["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": op.form}}}
     elif op.raw_body:
         out["requestBody"] = {"required": True, "content": {"application/octet-stream": {
             "schema": {"type": "string", "contentMediaType": "application/octet-stream"}}}}

@@ -7,6 +7,8 @@ import base64
 import json
 from pathlib import Path
 
+import aiohttp
+import openai
 import pytest
 
 from ollama_py.api.names import parse_name
@@ -162,3 +164,53 @@ async def test_media_a_model_cannot_take_is_refused_by_kind(ears, model, item, e
                        ("/api/generate", {"prompt": "hi", "images": [item]})):
         r = await ears.post(path, json={"model": model, "stream": False, **body})
         assert r.status == 400 and (await r.json())["error"] == error
+
+
+# -- /v1/audio/transcriptions (Ollama's: the sound as a chat, told to transcribe) -----------------------------------
+
+def oai(client) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="x", max_retries=0)
+
+
+async def test_transcription_through_the_openai_client(ears):
+    wav = base64.b64decode(WAV)
+    result = await oai(ears).audio.transcriptions.create(model="ear", file=("speech.wav", wav, "audio/wav"),
+                                                         language="fr", prompt="A weather report.")
+    assert result.text == "The quick brown fox jumps over the lazy"  # the fake's answer, stripped
+    sent = ears.sent()[-1]
+    assert sent["multimodal_data"] == [WAV]
+    assert "Transcribe the audio exactly as spoken." in sent["prompt_string"]
+    assert "The audio is in fr. Context: A weather report." in sent["prompt_string"]
+    assert f"{M}What exact words are spoken in this audio?" in sent["prompt_string"]
+
+
+async def test_transcription_as_text(ears):
+    text = await oai(ears).audio.transcriptions.create(model="omni", file=("a.mp3", base64.b64decode(MP3)),
+                                                       response_format="text")
+    assert text.strip() == "The quick brown fox jumps over the lazy"
+
+
+async def test_transcription_refusals_are_openai_errors(ears):
+    client = oai(ears)
+    with pytest.raises(openai.BadRequestError) as e:
+        await client.audio.transcriptions.create(model="seer", file=("a.wav", base64.b64decode(WAV)))
+    assert e.value.body["message"] == '"seer" does not support audio'
+    with pytest.raises(openai.NotFoundError):
+        await client.audio.transcriptions.create(model="nope", file=("a.wav", base64.b64decode(WAV)))
+    with pytest.raises(openai.BadRequestError) as e:
+        await client.audio.transcriptions.create(model="ear", file=("a.wav", b""))
+    assert e.value.body["message"] == "audio file is empty"
+    r = await ears.post("/v1/audio/transcriptions", data=aiohttp.FormData({"model": "ear"}, default_to_multipart=True))
+    assert r.status == 400 and (await r.json())["error"]["message"] == "file is required: http: no such file"
+    for kw in ({"json": {"model": "ear"}}, {}, {"data": b"--x\r\nnot a form", "headers": {
+            "Content-Type": "multipart/form-data; boundary=x"}}):
+        r = await ears.post("/v1/audio/transcriptions", **kw)
+        assert r.status == 400 and (await r.json())["error"]["message"].startswith("failed to parse multipart form")
+
+
+async def test_a_transcription_file_past_ollamas_25_mb_is_refused(ears):
+    form = aiohttp.FormData()
+    form.add_field("model", "ear")
+    form.add_field("file", b"RIFF\x00\x00\x00\x00WAVE" + bytes(25 << 20), filename="big.wav")
+    r = await ears.post("/v1/audio/transcriptions", data=form)
+    assert r.status == 400 and "larger than" in (await r.json())["error"]["message"]
