@@ -157,6 +157,22 @@ def _image(part: dict[str, Any]) -> str:
     return image_data(raw.get("url") if isinstance(raw, dict) else raw)
 
 
+def _input_audio(part: dict[str, Any]) -> str:
+    """A chat audio part ({"input_audio": {"data": <base64>, "format": "wav" | "mp3"}}) -> the base64 payload, which
+    goes with the message's images as Ollama sends it (the sound is told by its bytes, not by `format`)."""
+    audio = part.get("input_audio")
+    if not isinstance(audio, dict):
+        raise BadRequest("invalid input_audio format")
+    data = audio.get("data")
+    if not isinstance(data, str):
+        raise BadRequest("invalid input_audio format: missing data")
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadRequest(f"invalid input_audio base64 data: {e}") from None
+    return data
+
+
 def image_data(url: Any) -> str:
     """A base64 data URL -> the base64 payload (Ollama accepts jpeg, jpg, png, webp, or no type)."""
     if not isinstance(url, str):
@@ -259,6 +275,8 @@ def chat_messages(raw: Any) -> list[Message]:
                     parts.append({"role": role, "content": part["text"], **extra})
                 elif kind == "image_url":
                     parts.append({"role": role, "content": "", "images": [_image(part)], **extra})
+                elif kind == "input_audio":
+                    parts.append({"role": role, "content": "", "images": [_input_audio(part)], **extra})
                 else:
                     raise BadRequest("invalid message format")
             if calls:

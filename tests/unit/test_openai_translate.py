@@ -64,7 +64,7 @@ def test_chat_flags(extra: dict[str, Any], stream: bool, usage: bool, top: int |
     ({}, "[] is too short - 'messages'"),
     ({"messages": [{"role": "user", "content": None}]}, "invalid message content type: <nil>"),
     ({"messages": [{"role": "user", "content": 3}]}, "invalid message content type: float64"),
-    ({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "invalid message format"),
+    ({"messages": [{"role": "user", "content": [{"type": "input_video"}]}]}, "invalid message format"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
      "invalid image input"),
     ({"messages": [{"role": "assistant", "content": None,

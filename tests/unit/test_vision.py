@@ -214,3 +214,22 @@ async def test_a_transcription_file_past_ollamas_25_mb_is_refused(ears):
     form.add_field("file", b"RIFF\x00\x00\x00\x00WAVE" + bytes(25 << 20), filename="big.wav")
     r = await ears.post("/v1/audio/transcriptions", data=form)
     assert r.status == 400 and "larger than" in (await r.json())["error"]["message"]
+
+
+async def test_openai_input_audio_part(ears):
+    r = await ears.post("/v1/chat/completions", json={"model": "ear", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is said?"},
+        {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}]}]})
+    assert r.status == 200
+    assert ears.sent()[-1]["multimodal_data"] == [WAV]
+    for part, error in (({"type": "input_audio"}, "invalid input_audio format"),
+                        ({"type": "input_audio", "input_audio": {"format": "wav"}},
+                         "invalid input_audio format: missing data"),
+                        ({"type": "input_audio", "input_audio": {"data": "not base64!"}},
+                         "invalid input_audio base64 data")):
+        r = await ears.post("/v1/chat/completions", json={"model": "ear", "messages": [
+            {"role": "user", "content": [part]}]})
+        assert r.status == 400 and (await r.json())["error"]["message"].startswith(error)
+    r = await ears.post("/v1/chat/completions", json={"model": "seer", "messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}]}]})
+    assert r.status == 400 and (await r.json())["error"]["message"] == '"seer" does not support audio'
