@@ -21,8 +21,6 @@ matched sequence) when a stop sequence ended the text, end_turn otherwise.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import uuid
@@ -31,6 +29,7 @@ from typing import Any
 
 from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
+from ollama_py.server.bodies import base64_data
 from ollama_py.server.bodies import field as typed_field
 from ollama_py.server.completion import Final
 from ollama_py.template.forced_calls import ForcedCall, forced
@@ -69,14 +68,8 @@ def _image(source: Any) -> str:
         raise BadRequest("invalid image source")
     if source.get("type") != "base64":
         raise BadRequest(f"invalid image source type: {source.get('type')}. Only base64 images are supported.")
-    data = source.get("data")
-    if not isinstance(data, str):
-        raise BadRequest("invalid base64 image data: data must be a string")
-    try:
-        base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise BadRequest(f"invalid base64 image data: {e}") from None
-    return data
+    return base64_data(source.get("data"), "invalid base64 image data: data must be a string",
+                       "invalid base64 image data")
 
 
 def _tool_result(block: dict[str, Any]) -> Message:

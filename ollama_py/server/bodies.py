@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import math
 import re
@@ -349,6 +351,18 @@ def _base64_end(image: str) -> int:
             break
     padding = _BASE64.match(image, at, at + 2)  # at most "==" after the run
     return padding.end() if padding else at
+
+
+def base64_data(data: Any, missing: str, invalid: str) -> str:
+    """A media item's base64 text: a 400 with `missing` when it is no string, `invalid: <why>` when it does not
+    decode (an Anthropic image source, an OpenAI input_audio part)."""
+    if not isinstance(data, str):
+        raise BadRequest(missing)
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadRequest(f"{invalid}: {e}") from None
+    return data
 
 
 def check_images(images: Any) -> list[str]:

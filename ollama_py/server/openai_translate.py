@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
-from ollama_py.server.bodies import field
+from ollama_py.server.bodies import base64_data, field
 from ollama_py.server.completion import Final
 from ollama_py.server.logprobs import entries as logprob_entries
 from ollama_py.template.forced_calls import ForcedCall, forced
@@ -163,14 +163,7 @@ def _input_audio(part: dict[str, Any]) -> str:
     audio = part.get("input_audio")
     if not isinstance(audio, dict):
         raise BadRequest("invalid input_audio format")
-    data = audio.get("data")
-    if not isinstance(data, str):
-        raise BadRequest("invalid input_audio format: missing data")
-    try:
-        base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise BadRequest(f"invalid input_audio base64 data: {e}") from None
-    return data
+    return base64_data(audio.get("data"), "invalid input_audio format: missing data", "invalid input_audio base64 data")
 
 
 def image_data(url: Any) -> str:
