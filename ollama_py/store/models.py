@@ -77,7 +77,7 @@ class Model:
     info: GGUFInfo | None = field(default=None, repr=False, compare=False)  # the weights' header
     draft_path: Path | None = None  # the speculative-decoding draft model (a DRAFT layer), if any
     shards: tuple[Path, ...] = ()  # a split GGUF's files in order (model_path is the first); () for one file
-    # what the projectors encode ("vision", "audio"), read from their headers; () when unknown: a vision projector
+    # what the projectors encode ("vision", "audio"), read from their headers; empty when not read: vision
     projector_media: frozenset[str] = frozenset()
 
     @property
@@ -233,11 +233,11 @@ class ModelStore:
             header = self._info_for(projector)
             media |= header.projector_media if header is not None else {"vision"}
         return Model(
-            projector_media=frozenset(media),
             name=stored, manifest=manifest, model_path=model_path, adapters=tuple(adapters),
             projectors=tuple(projectors), template=template, system=system, params=params,
             messages=messages, licenses=licenses, config=config, modified_at=modified_at,
             size=manifest.size, info=info, draft_path=draft_path, shards=tuple(shards) if len(shards) > 1 else (),
+            projector_media=frozenset(media),
         )
 
     def info(self, model: Model) -> GGUFInfo:
