@@ -10,6 +10,7 @@ drawn, with the module it lives in where that is not this one (they subclass fro
     │   ├── ContextExceeded(n_prompt, n_ctx)  400  the runner's "request (N tokens) exceeds the available context"
     │   └── TemplateError                     400  a template we cannot render, naming the construct
     ├── Forbidden                             403
+    │   └── CloudDisabled(operation)          403  ollama cloud is disabled: remote model is unavailable
     ├── NotFound                              404
     │   └── ModelNotFound(name)               404  model 'x' not found
     ├── RequestCanceled                       499  request canceled
@@ -85,6 +86,18 @@ class ContextExceeded(BadRequest):
 
 class Forbidden(OllamaError):
     status = 403
+
+
+class CloudDisabled(Forbidden):
+    """A cloud model (`name:cloud`, or a stored stub that points at a remote host): ollama-py runs models here
+    only, and answers as an Ollama whose cloud is disabled does. `operation` is what is unavailable."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(f"ollama cloud is disabled: {operation}")
+
+
+REMOTE_INFERENCE = "remote model is unavailable"  # Ollama's operations, in its 403s
+REMOTE_DETAILS = "remote model details are unavailable"
 
 
 class NotFound(OllamaError):

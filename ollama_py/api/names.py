@@ -13,6 +13,9 @@ The tag is split at the last ":" only when it comes after the last "/"; the rest
 the right. Missing parts take the defaults registry.ollama.ai / library / latest (scheme https).
 Anything else — "..", empty parts, absolute paths, backslashes — is not a name: InvalidModelName.
 Lookups of existing names are case-insensitive (the store's job); the value keeps the user's case.
+
+A reference may end in a source suffix (Ollama's internal/modelref): `name:cloud` or `name:tag-cloud` asks for
+the cloud model `name` / `name:tag`, `name:local` for the local one -- parse_ref splits it off.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ollama_py.errors import InvalidModelName
+from ollama_py.errors import BadRequest, InvalidModelName
 from ollama_py.memo import Memo
 
 DEFAULT_HOST = "registry.ollama.ai"
@@ -107,6 +110,52 @@ def _parse(raw: str) -> ModelName:
 
 # parse_name's answers (a ModelName is immutable): every request names its model
 _PARSED: Memo[str, ModelName] = Memo(_parse, 4096)
+
+
+CLOUD, LOCAL = "cloud", "local"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRef:
+    """A model reference as a client wrote it: the name without its source suffix, and the source asked for
+    (CLOUD, LOCAL, or "" when the reference says neither)."""
+
+    base: str
+    source: str
+
+
+def parse_ref(raw: str) -> ModelRef:
+    """Split a reference's source suffix off, as Ollama reads it (the base is not checked: parse_name does
+    that). Both sources at once (`x:cloud:local`) is a 400."""
+    raw = raw.strip()
+    base, source = _source_suffix(raw)
+    if source and _source_suffix(base)[1]:
+        quoted = raw.replace("\\", "\\\\").replace('"', '\\"')
+        raise BadRequest(f'use either :local or :cloud, not both: "{quoted}"')
+    return ModelRef(base, source)
+
+
+def _source_suffix(raw: str) -> tuple[str, str]:
+    colon = raw.rfind(":")
+    if colon < 0:
+        return raw, ""
+    tail = raw[colon + 1:].strip()
+    lowered = tail.lower()
+    if lowered in (CLOUD, LOCAL):
+        return raw[:colon], lowered
+    if "/" not in tail and lowered.endswith("-cloud"):  # name:tag-cloud, the older way to say name:tag:cloud
+        return raw[: colon + 1] + tail[: -len("-cloud")], CLOUD
+    return raw, ""
+
+
+def stored_ref(raw: str) -> str:
+    """The name under which a pull or a delete finds a reference's model: a cloud model's stub is stored under
+    the older suffix (`name:tag:cloud` -> `name:tag-cloud`, `name:cloud` as it is); `:local` is dropped."""
+    ref = parse_ref(raw)
+    if ref.source != CLOUD:
+        return ref.base
+    colon, slash = ref.base.rfind(":"), ref.base.rfind("/")
+    return ref.base + "-cloud" if colon > slash else ref.base + ":cloud"
 
 
 def is_valid_digest(digest: str) -> bool:

@@ -126,6 +126,8 @@ class ModelDetails(TypedDict):
 class ListModelResponse(TypedDict):
     name: str
     model: str
+    remote_model: NotRequired[str]  # a stub of a remote model (Ollama's cloud models): its name there
+    remote_host: NotRequired[str]
     modified_at: str  # RFC 3339, local time with its offset
     size: int
     digest: str  # hex, without "sha256:"

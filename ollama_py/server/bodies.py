@@ -14,9 +14,9 @@ from typing import Any
 from aiohttp import web
 
 from ollama_py import bigjson
-from ollama_py.api.names import ModelName, parse_name
+from ollama_py.api.names import CLOUD, ModelName, parse_name, parse_ref, stored_ref
 from ollama_py.config import parse_duration
-from ollama_py.errors import BadRequest
+from ollama_py.errors import REMOTE_INFERENCE, BadRequest, CloudDisabled
 from ollama_py.server import offload
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.appkeys import SETTINGS
@@ -285,10 +285,27 @@ def _check_token_ids(value: list[Any], key: str) -> list[int]:
     return ids
 
 
-def requested_model(body: dict[str, Any]) -> tuple[ModelName, str]:
-    """The model a request names: parsed, and as the user wrote it (error texts quote it that way)."""
-    name = model_name(body)
-    return name, str(body.get("model") or body.get("name"))  # model_name checked that it is a string
+def requested_model(body: dict[str, Any], *, remote: str = REMOTE_INFERENCE) -> tuple[ModelName, str]:
+    """The model a request names: parsed, and as the user wrote it (error texts quote it that way; find_model
+    reads its `:local` there). A cloud model (`name:cloud`, `name:tag-cloud`) is a 403 naming `remote`, what is
+    unavailable, as from an Ollama with its cloud disabled."""
+    raw = field(body, "model", str) or field(body, "name", str)
+    if not raw:
+        raise BadRequest("model is required")
+    ref = parse_ref(raw)
+    name = parse_name(ref.base)
+    if ref.source == CLOUD:
+        raise CloudDisabled(remote)
+    return name, raw
+
+
+def stored_model(body: dict[str, Any]) -> tuple[ModelName, str]:
+    """The model a pull or a delete names, as Ollama normalises it: a cloud model's stub under the name it is
+    stored by (`name:tag:cloud` -> `name:tag-cloud`), `:local` dropped; and the name as the user wrote it."""
+    raw = field(body, "model", str) or field(body, "name", str)
+    if not raw:
+        raise BadRequest("model is required")
+    return parse_name(stored_ref(raw)), raw
 
 
 def model_name(body: dict[str, Any], key: str = "model") -> ModelName:

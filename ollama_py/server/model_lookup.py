@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ollama_py.api.media import media_needs
-from ollama_py.api.names import ModelName
+from ollama_py.api.names import LOCAL, ModelName, parse_ref
 from ollama_py.api.options import validate_options
 from ollama_py.api.wire import Message, Tool
 from ollama_py.config import Settings
-from ollama_py.errors import BadRequest, ModelNotFound
+from ollama_py.errors import REMOTE_INFERENCE, BadRequest, CloudDisabled, ModelNotFound
 from ollama_py.scheduler.factory import weights_shape
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.appkeys import CONFIG, SETTINGS, STORE
@@ -29,11 +29,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def find_model(request: web.Request, name: ModelName, raw: str) -> Model:
-    """The stored model, or 404 `model 'x' not found` with the name as the user wrote it."""
+async def find_model(request: web.Request, name: ModelName, raw: str, *,
+                     remote: str | None = REMOTE_INFERENCE) -> Model:
+    """The stored model, or 404 `model 'x' not found` with the name as the user wrote it. A stub of a remote
+    model is a 403 naming `remote`, what is unavailable (None: the stub itself is wanted, to delete it), or a
+    404 when the name asked for the local model (`name:local`)."""
     store = request.app[STORE]
     # unchanged since last time: no thread hop, no file reads
     model = store.peek(name) or await _load_or_alias(request, name, raw)
+    if model.remote_host and remote is not None:
+        if parse_ref(raw).source == LOCAL:
+            raise ModelNotFound(raw.strip())
+        raise CloudDisabled(remote)
     _, at, digest = raw.partition("@")
     if at and canonical_digest(digest) != canonical_digest(model.digest):
         raise ModelNotFound(raw)  # name@sha256:<digest> names one version of the model: another one is not it

@@ -20,11 +20,11 @@ from aiohttp import web
 from ollama_py.api.names import is_valid_digest, parse_name
 from ollama_py.api.options import format_params
 from ollama_py.api.wire import ShowResponse
-from ollama_py.errors import BadRequest, InvalidModelName, ModelNotFound, NotFound
+from ollama_py.errors import REMOTE_DETAILS, BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
 from ollama_py.server.appkeys import CONFIG, METRICS, SCHEDULER, SETTINGS, STORE
 from ollama_py.server.blob_prune import holds_blobs
-from ollama_py.server.bodies import field, model_name, read_json, requested_model
+from ollama_py.server.bodies import field, model_name, read_json, requested_model, stored_model
 from ollama_py.server.model_lookup import find_model
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.server.transfers import CREATES, receive_blob
@@ -102,10 +102,10 @@ async def tags(request: web.Request) -> web.Response:
 @routes.post("/api/show")
 async def show(request: web.Request) -> web.Response:
     body = await read_json(request)
-    name, raw = requested_model(body)
+    name, raw = requested_model(body, remote=REMOTE_DETAILS)
     verbose = field(body, "verbose", bool, False)
     store = request.app[STORE]
-    model = await find_model(request, name, raw)
+    model = await find_model(request, name, raw, remote=REMOTE_DETAILS)
     system = field(body, "system", str) or model.system
     template = field(body, "template", str) or model.template
     info = model.info if model.info is not None else (
@@ -165,8 +165,8 @@ async def copy(request: web.Request) -> web.Response:
 @routes.delete("/api/delete")
 async def delete(request: web.Request) -> web.Response:
     body = await read_json(request)
-    name, raw = requested_model(body)
-    model = await find_model(request, name, raw)
+    name, raw = stored_model(body)
+    model = await find_model(request, name, raw, remote=None)
     store, scheduler = request.app[STORE], request.app.get(SCHEDULER)
     weights = model.manifest.layers_of(MEDIA_MODEL)
     # Ollama leaves a deleted model's runner to its keep-alive. We let it go once it is idle (not waiting for

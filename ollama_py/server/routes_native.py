@@ -7,7 +7,7 @@ import dataclasses
 import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from aiohttp import web
 
@@ -22,7 +22,7 @@ from ollama_py.api.wire import (
     PromptProgress,
     Tool,
 )
-from ollama_py.errors import BadRequest
+from ollama_py.errors import BadRequest, CloudDisabled
 from ollama_py.fastjson import dumps
 from ollama_py.server import embeddings, logprobs
 from ollama_py.server.appkeys import SCHEDULER
@@ -86,10 +86,10 @@ async def web_fetch(request: web.Request) -> web.Response:
     return await _cloud_disabled(request, "web fetch is unavailable")
 
 
-async def _cloud_disabled(request: web.Request, operation: str) -> web.Response:
+async def _cloud_disabled(request: web.Request, operation: str) -> NoReturn:
     if not (await request.read()).strip():
         raise BadRequest("missing request body")
-    return web.json_response({"error": f"ollama cloud is disabled: {operation}"}, status=403)
+    raise CloudDisabled(operation)
 
 
 def _metrics(final: Final) -> Metrics:

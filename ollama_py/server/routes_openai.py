@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ollama_py.api.names import ModelName, parse_name
 from ollama_py.api.wire import Message
-from ollama_py.errors import BadRequest
+from ollama_py.errors import REMOTE_DETAILS, BadRequest
 from ollama_py.server import embeddings
 from ollama_py.server import openai_translate as oai
 from ollama_py.server import responses_translate as rt
@@ -198,8 +198,9 @@ async def list_models(request: web.Request) -> web.Response:
 @routes.get("/v1/models/{model:.+}")
 async def retrieve_model(request: web.Request) -> web.Response:
     raw_name = request.match_info["model"]
-    model = await find_model(request, parse_name(raw_name), raw_name)
-    return web.json_response(oai.model_entry(raw_name, parse_name(raw_name).namespace, int(model.modified_at)))
+    name = requested_model({"model": raw_name}, remote=REMOTE_DETAILS)[0]
+    model = await find_model(request, name, raw_name, remote=REMOTE_DETAILS)
+    return web.json_response(oai.model_entry(raw_name, name.namespace, int(model.modified_at)))
 
 
 async def _one(item: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:

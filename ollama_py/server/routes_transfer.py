@@ -25,7 +25,7 @@ from aiohttp import web
 from ollama_py.errors import ModelNotFound, OllamaError
 from ollama_py.server.appkeys import SETTINGS, STORE
 from ollama_py.server.blob_prune import holds_blobs
-from ollama_py.server.bodies import field, model_name, read_json
+from ollama_py.server.bodies import field, model_name, read_json, stored_model
 from ollama_py.server.routes_models import cancellable_in_thread
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.server.transfers import TRANSFERS
@@ -65,16 +65,18 @@ def transfer_status(e: OllamaError) -> int:
     return e.status if 400 <= e.status < 500 else 400
 
 
-async def _transfer(request: web.Request) -> tuple[dict[str, Any], Any, Any]:
-    """A pull or push request: its body, the model it names and the registry options (`insecure` honoured)."""
+async def _transfer(request: web.Request, pulling: bool = False) -> tuple[dict[str, Any], Any, Any]:
+    """A pull or push request: its body, the model it names (a pull's a cloud model's stub under its stored
+    name, as Ollama pulls one) and the registry options (`insecure` honoured)."""
     body = await read_json(request)
-    return body, model_name(body), registry_options(request, field(body, "insecure", bool, False))
+    name = stored_model(body)[0] if pulling else model_name(body)
+    return body, name, registry_options(request, field(body, "insecure", bool, False))
 
 
 @routes.post("/api/pull")
 @holds_blobs
 async def pull(request: web.Request) -> web.StreamResponse:
-    body, name, options = await _transfer(request)
+    body, name, options = await _transfer(request, pulling=True)
     store, noprune = request.app[STORE], request.app[SETTINGS].noprune
     log.info("pulling %s", name)
     return await _respond(request, body, lambda cancel: pull_model(store, name, options=options, noprune=noprune,

@@ -98,6 +98,13 @@ class Model:
         return list(self._capabilities)
 
     @functools.cached_property
+    def remote_host(self) -> str:
+        """The host a stub of a remote model points at (Ollama's cloud models: a config naming `remote_host` and
+        `remote_model`, no weights); "" for a model of our own."""
+        host = self.config.get("remote_host")
+        return host if isinstance(host, str) else ""
+
+    @functools.cached_property
     def _capabilities(self) -> tuple[str, ...]:
         caps: list[str] = []
         info = self.info
@@ -256,7 +263,7 @@ class ModelStore:
         for name, manifest, mtime in self.manifests.list():
             cfg = self._read_config(manifest)
             families = cfg.get("model_families")
-            entries.append((mtime, {
+            entry: ListModelResponse = {
                 "name": name.short,
                 "model": name.short,
                 "modified_at": rfc3339(mtime),
@@ -270,7 +277,13 @@ class ModelStore:
                     "parameter_size": cfg.get("model_type") or "",
                     "quantization_level": cfg.get("file_type") or "",
                 },
-            }))
+            }
+            # a stub of a remote model (Ollama's cloud models) says where (omitted otherwise, as Ollama's omitempty)
+            if isinstance(cfg.get("remote_model"), str) and cfg["remote_model"]:
+                entry["remote_model"] = cfg["remote_model"]
+            if isinstance(cfg.get("remote_host"), str) and cfg["remote_host"]:
+                entry["remote_host"] = cfg["remote_host"]
+            entries.append((mtime, entry))
         entries.sort(key=lambda e: -e[0])
         return [entry for _mtime, entry in entries]
 

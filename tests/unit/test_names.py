@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ollama_py.api.names import ModelName, is_valid_digest, parse_name
-from ollama_py.errors import InvalidModelName
+from ollama_py.api.names import ModelName, is_valid_digest, parse_name, parse_ref, stored_ref
+from ollama_py.errors import BadRequest, InvalidModelName
 from ollama_py.store.manifests import ManifestStore
 
 HEX = "a" * 64
@@ -219,3 +219,29 @@ def test_a_name_is_parsed_once_and_a_bad_one_refused_every_time() -> None:
         parse_name(f"m{k}")
     assert len(names._PARSED) <= names._PARSED.limit
     assert parse_name("m0").model == "m0"
+
+
+@pytest.mark.parametrize(("raw", "base", "source", "stored"), [
+    ("gpt-oss:20b:cloud", "gpt-oss:20b", "cloud", "gpt-oss:20b-cloud"),
+    ("gpt-oss:cloud", "gpt-oss", "cloud", "gpt-oss:cloud"),
+    ("gpt-oss:20b-cloud", "gpt-oss:20b", "cloud", "gpt-oss:20b-cloud"),
+    ("ns/model:Cloud", "ns/model", "cloud", "ns/model:cloud"),
+    (" gemma3:local ", "gemma3", "local", "gemma3"),
+    ("gemma3:4b:local", "gemma3:4b", "local", "gemma3:4b"),
+    ("gemma3:4b", "gemma3:4b", "", "gemma3:4b"),
+    ("localhost:5000/ns/model", "localhost:5000/ns/model", "", "localhost:5000/ns/model"),  # a port, no suffix
+    ("localhost:5000/ns/model:cloud", "localhost:5000/ns/model", "cloud", "localhost:5000/ns/model:cloud"),
+    ("cloud", "cloud", "", "cloud"),  # a model named "cloud"
+])
+def test_a_references_source_suffix(raw, base, source, stored):
+    """Ollama's internal/modelref: the suffix says where the model comes from; a pull stores a cloud model's
+    stub under the older `-cloud` tag."""
+    ref = parse_ref(raw)
+    assert (ref.base, ref.source) == (base, source)
+    assert stored_ref(raw) == stored
+
+
+@pytest.mark.parametrize("raw", ["m:cloud:local", "m:local:cloud", "m:8b-cloud:cloud", "m:local:local"])
+def test_two_source_suffixes_are_refused(raw):
+    with pytest.raises(BadRequest, match=f'^use either :local or :cloud, not both: "{raw}"$'):
+        parse_ref(raw)
