@@ -181,7 +181,8 @@ def _short_id(digest: str) -> str:
 
 def list_table(models: Sequence[Mapping[str, Any]], now: dt.datetime, prefix: str = "") -> str:
     rows = [
-        [m.get("name", ""), _short_id(m.get("digest", "")), human_bytes(m.get("size", 0)),
+        [m.get("name", ""), _short_id(m.get("digest", "")),
+         "-" if m.get("remote_model") else human_bytes(m.get("size", 0)),  # a stub of a remote model: no weights
          human_time(parse_time(m.get("modified_at")), now)]
         for m in models if m.get("name", "").startswith(prefix)
     ]

@@ -121,6 +121,14 @@ def test_list_table_like_ollama_list() -> None:
     ]
 
 
+def test_list_table_shows_no_size_for_a_remote_models_stub() -> None:
+    """As `ollama list` shows a cloud model's stub: its few hundred bytes of config are not the model's size."""
+    models = [{"name": "gpt-oss:20b-cloud", "remote_model": "gpt-oss:20b", "remote_host": "https://ollama.com:443",
+               "digest": "a" * 64, "size": 384, "modified_at": "2026-05-01T11:58:00Z"}]
+    assert list_table(models, NOW).splitlines()[1].split() == ["gpt-oss:20b-cloud", "aaaaaaaaaaaa", "-", "2",
+                                                                "minutes", "ago"]
+
+
 def test_list_table_filters_by_prefix() -> None:
     models = [{"name": "a:1", "digest": "0" * 64, "size": 1}, {"name": "b:1", "digest": "1" * 64, "size": 1}]
     assert [line.split()[0] for line in list_table(models, NOW, "b").splitlines()] == ["NAME", "b:1"]
