@@ -99,6 +99,9 @@ async def tags(request: web.Request) -> web.Response:
     return web.json_response({"models": models})
 
 
+COPILOT_CHAT = "GitHubCopilotChat/"  # the User-Agent prefix of VS Code's Copilot Chat
+
+
 @routes.post("/api/show")
 async def show(request: web.Request) -> web.Response:
     body = await read_json(request)
@@ -129,9 +132,13 @@ async def show(request: web.Request) -> web.Response:
     if model.messages:
         out["messages"] = model.messages
 
+    copilot = request.headers.get("User-Agent", "").startswith(COPILOT_CHAT)
+
     def encoded() -> str:
         """(In a thread.) A verbose answer carries the whole vocabulary: megabytes of JSON to build and write."""
         out["model_info"] = model_info(info, verbose) if info else {}
+        if copilot:  # VS Code's Copilot Chat names the model by general.basename: the name the user picked, as Ollama
+            out["model_info"]["general.basename"] = raw  # (the GGUF's basename is seldom one a user knows)
         if verbose and info:
             out["tensors"] = [{"name": n, "type": t, "shape": list(s)} for n, t, s in info.tensors]
         return json.dumps(out)

@@ -145,3 +145,17 @@ async def test_a_runner_lost_mid_stream_ends_each_stream_with_its_protocols_erro
     assert name == "error" and data["type"] == "error" and data["error"]["type"] == "api_error"
     name, data = await last_event("/v1/responses", ASK_RESPONSES)
     assert name == "error" and data["type"] == "error" and data["code"] == "api_error" and data["message"]
+
+
+async def test_copilot_chat_sees_the_name_the_user_picked_as_the_basename(fake_app, aiohttp_client):
+    """VS Code's Copilot Chat lists an Ollama model by model_info's general.basename; Ollama answers its
+    User-Agent with the requested name there (a GGUF's own basename is seldom one the user knows)."""
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    copilot = await client.post("/api/show", json={"model": "tiny"},
+                                headers={"User-Agent": "GitHubCopilotChat/0.31.2"})
+    assert copilot.status == 200
+    assert (await copilot.json())["model_info"]["general.basename"] == "tiny"
+    other = await (await client.post("/api/show", json={"model": "tiny"},
+                                     headers={"User-Agent": "ollama-python/0.6.1"})).json()
+    assert other["model_info"].get("general.basename") != "tiny"
