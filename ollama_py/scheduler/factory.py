@@ -171,8 +171,10 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         draft_max=options.get("draft_num_predict") or None,
         cache_ram_mib=cache_ram // memory.MiB,
     )
-    key = "|".join([str(model.model_path), *map(str, model.adapters), *([f"draft={draft}"] if draft else []),
-                    "rerank" if rerank else "embed" if embedding else "gen"])
+    # one runner per weights, adapters, projectors and draft: two models on the same weights with another
+    # projector (vision, audio) or none are two runners, each started with its own --mmproj
+    key = "|".join([str(model.model_path), *map(str, model.adapters), *(f"mmproj={p}" for p in model.projectors),
+                    *([f"draft={draft}"] if draft else []), "rerank" if rerank else "embed" if embedding else "gen"])
     load_options = {k: options.get(k) for k in _LOAD_KEYS if k != "num_ctx"}
     load_options["num_ctx"] = num_ctx
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size, cache_ram=cache_ram,

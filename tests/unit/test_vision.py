@@ -233,3 +233,14 @@ async def test_openai_input_audio_part(ears):
     r = await ears.post("/v1/chat/completions", json={"model": "seer", "messages": [{"role": "user", "content": [
         {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}]}]})
     assert r.status == 400 and (await r.json())["error"]["message"] == '"seer" does not support audio'
+
+
+async def test_models_on_the_same_weights_with_other_projectors_get_runners_of_their_own(ears):
+    """"ear" and "seer" share the weights but not the projector: a runner started with seer's --mmproj cannot
+    take ear's sound (llama-server: "Failed to load image or audio file"), so each has its own."""
+    for model, item in (("seer", CAT), ("ear", WAV)):
+        r = await ears.post("/api/chat", json={"model": model, "stream": False, "messages": [
+            {"role": "user", "content": "What is this?", "images": [item]}]})
+        assert r.status == 200, await r.text()
+    loaded = (await (await ears.get("/api/ps")).json())["models"]
+    assert sorted(m["name"] for m in loaded) == ["ear:latest", "seer:latest"]

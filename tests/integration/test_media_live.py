@@ -1,0 +1,123 @@
+"""Images and sound through the real llama-server. No multimodal GGUF reaches this machine, so the projectors are
+synthetic: tiny random-weight encoders (tests/helpers/projectors.py) beside the real SmolLM2, which llama-server
+loads with --mmproj as it loads a real model's. Their answers mean nothing; what these tests check is what a user
+sees of the path: the capability, the media reaching the runner (the prompt grows by the media's tokens), each
+protocol's way of sending media (Ollama's `images`, OpenAI's image_url and input_audio parts, Anthropic's image
+blocks, /v1/audio/transcriptions) and the clear errors around them."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.helpers.paths import required_path
+from tests.helpers.projectors import png_bytes, wav_bytes, write_audio_projector, write_vision_projector
+from tests.helpers.serve import upload_blob
+
+pytestmark = pytest.mark.integration
+
+EYE, EAR = "smol-eye:latest", "smol-ear:latest"
+PNG = base64.b64encode(png_bytes()).decode()
+WAV = base64.b64encode(wav_bytes()).decode()
+GREEDY = {"temperature": 0, "seed": 7, "num_predict": 4}
+
+
+@pytest.fixture(scope="module")
+def media_models(live_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """smol-eye (SmolLM2 + a vision projector) and smol-ear (+ an audio one), created as a user would, from the
+    files; unloaded afterwards (the rest of the suite runs beside the live server's own model)."""
+    tmp = tmp_path_factory.mktemp("media")
+    weights = upload_blob(live_server.url, required_path("OLLAMA_PY_TEST_MODEL"))
+    for name, projector in ((EYE, write_vision_projector(tmp / "eye-mmproj.gguf")),
+                            (EAR, write_audio_projector(tmp / "ear-mmproj.gguf"))):
+        r = live_server.api("POST", "/api/create", json={
+            "model": name, "stream": False, "parameters": {"num_predict": 4},  # random weights seldom stop
+            "files": {"model.gguf": weights, "mmproj.gguf": upload_blob(live_server.url, projector)}})
+        assert r.status_code == 200, r.text
+    yield live_server
+    for name in (EYE, EAR):
+        live_server.unload(name)
+        live_server.api("DELETE", "/api/delete", json={"model": name})
+
+
+@pytest.fixture(scope="module")
+def oai(live_server: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=live_server.url + "/v1", api_key="ollama", max_retries=0, timeout=300)
+
+
+def _chat(server: Any, model: str, message: dict[str, Any]) -> dict[str, Any]:
+    r = server.api("POST", "/api/chat", json={"model": model, "messages": [message], "stream": False,
+                                              "options": GREEDY})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_each_projector_gives_its_capability(media_models: Any) -> None:
+    eye = media_models.api("POST", "/api/show", json={"model": EYE}).json()["capabilities"]
+    ear = media_models.api("POST", "/api/show", json={"model": EAR}).json()["capabilities"]
+    assert "vision" in eye and "audio" not in eye
+    assert "audio" in ear and "vision" not in ear
+
+
+def test_an_image_reaches_the_runner_from_each_protocol(media_models: Any, oai: openai.OpenAI) -> None:
+    # OpenAI: usage counts the whole prompt, the image's tokens included
+    text = [{"type": "text", "text": "What is in the picture?"}]
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+    plain = oai.chat.completions.create(model=EYE, messages=[{"role": "user", "content": text}],
+                                        max_tokens=4, temperature=0, seed=7)
+    seen = oai.chat.completions.create(model=EYE, messages=[{"role": "user", "content": [image, *text]}],
+                                       max_tokens=4, temperature=0, seed=7)
+    assert plain.usage is not None and seen.usage is not None
+    assert seen.usage.prompt_tokens > plain.usage.prompt_tokens
+    # Anthropic: a base64 image block (one message with the image; OpenAI's parts become a message each, as in
+    # Ollama, so the two prompts differ by a turn's markup)
+    claude = anthropic.Anthropic(base_url=media_models.url, api_key="ollama", max_retries=0, timeout=300)
+    words: Any = {"type": "text", "text": "What is in the picture?"}
+    block: Any = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    bare = claude.messages.create(model=EYE, max_tokens=4, messages=[{"role": "user", "content": [words]}])
+    msg = claude.messages.create(model=EYE, max_tokens=4, messages=[{"role": "user", "content": [block, words]}])
+    assert msg.usage.input_tokens > bare.usage.input_tokens
+    # Ollama's own: `images` on the message
+    out = _chat(media_models, EYE, {"role": "user", "content": "What is in the picture?", "images": [PNG]})
+    assert out["done"] and out["eval_count"] >= 1
+
+
+def test_a_sound_reaches_the_runner_from_each_protocol(media_models: Any, oai: openai.OpenAI) -> None:
+    text = [{"type": "text", "text": "What do you hear?"}]
+    sound = {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}
+    plain = oai.chat.completions.create(model=EAR, messages=[{"role": "user", "content": text}],
+                                        max_tokens=4, temperature=0, seed=7)
+    heard = oai.chat.completions.create(model=EAR, messages=[{"role": "user", "content": [sound, *text]}],
+                                        max_tokens=4, temperature=0, seed=7)
+    assert plain.usage is not None and heard.usage is not None
+    assert heard.usage.prompt_tokens > plain.usage.prompt_tokens
+    # Ollama's native API carries a sound in `images`, as Ollama does
+    out = _chat(media_models, EAR, {"role": "user", "content": "What do you hear?", "images": [WAV]})
+    assert out["done"] and out["eval_count"] >= 1
+
+
+def test_a_transcription_through_the_openai_client(media_models: Any, oai: openai.OpenAI) -> None:
+    """(The model's PARAMETER num_predict bounds the answer: a transcription request has no max_tokens.)"""
+    text = oai.audio.transcriptions.create(model=EAR, file=("clip.wav", io.BytesIO(wav_bytes()), "audio/wav"),
+                                           response_format="text")
+    assert isinstance(text, str)
+    as_json = oai.audio.transcriptions.create(model=EAR, file=("clip.wav", io.BytesIO(wav_bytes()), "audio/wav"))
+    assert as_json.text == text  # the same greedy answer, as JSON or as the bare text
+
+
+def test_media_a_model_cannot_take_is_a_clear_error(media_models: Any, oai: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model=EYE, max_tokens=4, messages=[{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}]}])
+    assert "audio" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.audio.transcriptions.create(model=EYE, file=("clip.wav", io.BytesIO(wav_bytes()), "audio/wav"))
+    assert "audio" in str(e.value)
+    with pytest.raises(openai.BadRequestError):
+        oai.chat.completions.create(model=EAR, max_tokens=4, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]}])
