@@ -165,7 +165,7 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
     else:  # the GGUF's own template: in-process where that matches the runner, else its /apply-template
         prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client)
     if images:
-        return {"prompt_string": prompt, "multimodal_data": images}
+        return {"prompt_string": _apart(prompt), "multimodal_data": images}
     if req.context:
         if len(req.context) > 100_000:  # a list copy of millions of ids: off the loop, a slice at a time
             joined = await asyncio.to_thread(_joined, req.context, prompt)
@@ -195,6 +195,17 @@ def prompt_text(prompt: str | list[Any] | dict[str, Any]) -> str:
     if isinstance(prompt, dict):
         return prompt["prompt_string"]
     return prompt if isinstance(prompt, str) else prompt[-1]
+
+
+def _apart(prompt: str) -> str:
+    """The prompt with a newline between media markers that would touch. llama-server fails a later request on
+    the same slot whose prompt leaves its cached one exactly between two adjacent media (its server_tokens::
+    keep_first takes the boundary for the middle of an image: "Chunk not found", a 500), so no two media are
+    ever adjacent in a prompt sent to it."""
+    pair = MEDIA_MARKER + MEDIA_MARKER
+    while pair in prompt:
+        prompt = prompt.replace(pair, MEDIA_MARKER + "\n" + MEDIA_MARKER)
+    return prompt
 
 
 def _place_images(messages: list[Message]) -> tuple[list[Message], list[str]]:

@@ -16,7 +16,13 @@ import openai
 import pytest
 
 from tests.helpers.paths import required_path
-from tests.helpers.projectors import png_bytes, wav_bytes, write_audio_projector, write_vision_projector
+from tests.helpers.projectors import (
+    VISION_TOKENS,
+    png_bytes,
+    wav_bytes,
+    write_audio_projector,
+    write_vision_projector,
+)
 from tests.helpers.serve import upload_blob
 
 pytestmark = pytest.mark.integration
@@ -82,9 +88,27 @@ def test_an_image_reaches_the_runner_from_each_protocol(media_models: Any, oai: 
     bare = claude.messages.create(model=EYE, max_tokens=4, messages=[{"role": "user", "content": [words]}])
     msg = claude.messages.create(model=EYE, max_tokens=4, messages=[{"role": "user", "content": [block, words]}])
     assert msg.usage.input_tokens > bare.usage.input_tokens
-    # Ollama's own: `images` on the message
+    # two images in one message: each is its own run of the projector's image tokens (and a newline between
+    # them: see the next test)
+    two = claude.messages.create(model=EYE, max_tokens=4, messages=[{"role": "user",
+                                                                    "content": [block, block, words]}])
+    assert two.usage.input_tokens - msg.usage.input_tokens == VISION_TOKENS + 1
+    # Ollama's own: `images` on a chat message, and on a generate request
     out = _chat(media_models, EYE, {"role": "user", "content": "What is in the picture?", "images": [PNG]})
     assert out["done"] and out["eval_count"] >= 1
+    r = media_models.api("POST", "/api/generate", json={"model": EYE, "prompt": "What is in the picture?",
+                                                        "images": [PNG], "stream": False, "options": GREEDY})
+    assert r.status_code == 200 and r.json()["done"], r.text
+
+
+def test_a_prompt_that_leaves_the_cached_one_between_two_images(media_models: Any) -> None:
+    """A conversation with two images in a turn, then one that shares its first image only: the slot's cached
+    prompt is cut right after that image. With the two images' tokens adjacent, llama-server took the cut for the
+    middle of an image and failed the request ("Chunk not found", a 500); a newline between them keeps it whole."""
+    ask = "What is in the picture?"
+    for images in ([PNG, PNG], [PNG], [PNG, PNG], [PNG]):
+        out = _chat(media_models, EYE, {"role": "user", "content": ask, "images": images})
+        assert out["done"]
 
 
 def test_a_sound_reaches_the_runner_from_each_protocol(media_models: Any, oai: openai.OpenAI) -> None:

@@ -66,6 +66,19 @@ async def test_chat_images_take_the_place_of_img_tags_in_order(client):
     assert f"{M}Compare {M} with this one." in sent["prompt_string"]
 
 
+async def test_no_two_images_touch_in_the_prompt(client):
+    """A newline between adjacent media markers, wherever they come from (a message's images, [img] tags, a raw
+    prompt): llama-server fails a later request cut between two adjacent images (test_media_live.py)."""
+    r = await client.post("/api/chat", json={"model": "seer", "stream": False, "messages": [
+        {"role": "user", "content": "Compare them.", "images": [CAT, DOG, CAT]}]})
+    assert r.status == 200
+    assert f"{M}\n{M}\n{M}Compare them." in client.sent()[-1]["prompt_string"]
+    r = await client.post("/api/generate", json={"model": "seer", "prompt": "[img][img] and", "raw": True,
+                                                 "images": [CAT, DOG], "stream": False})
+    assert r.status == 200
+    assert client.sent()[-1]["prompt_string"] == f"{M}\n{M}[img][img] and"
+
+
 async def test_raw_generate_with_images(client):
     r = await client.post("/api/generate", json={"model": "seer", "prompt": "describe", "raw": True,
                                                  "images": [CAT], "stream": False})
