@@ -16,13 +16,7 @@ import openai
 import pytest
 
 from tests.helpers.paths import required_path
-from tests.helpers.projectors import (
-    VISION_TOKENS,
-    png_bytes,
-    wav_bytes,
-    write_audio_projector,
-    write_vision_projector,
-)
+from tests.helpers.projectors import VISION_TOKENS, png_bytes, wav_bytes, write_audio_projector, write_vision_projector
 from tests.helpers.serve import upload_blob
 
 pytestmark = pytest.mark.integration
