@@ -12,6 +12,9 @@ Ollama's `ollama launch` does, with nothing for the user to configure.
            server's /v1 (with OLLAMA_API_KEY as its apiKey), the model with its context as its limit, and it as
            the default model (the user's own config files are not touched; their OPENCODE_CONFIG_CONTENT is
            kept, with this added)
+  copilot  GitHub's Copilot CLI: `copilot --model M ARGS...` with COPILOT_PROVIDER_BASE_URL at the server's /v1,
+           COPILOT_PROVIDER_WIRE_API "responses", COPILOT_PROVIDER_API_KEY the server's key (or empty) and
+           COPILOT_MODEL M: a provider of your own, no GitHub sign-in
 
 The model is loaded first (its progress shown), and the agent is told the context the server runs it with, the
 window it compacts its conversation by; a context under 64k tokens gets a note on how to raise it.
@@ -104,23 +107,34 @@ def _opencode(t: Target, extra: Sequence[str]) -> tuple[list[str], dict[str, str
     return list(extra), {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
 
 
+def _copilot(t: Target, extra: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """GitHub's Copilot CLI with a provider of your own (its COPILOT_PROVIDER_* variables): the Responses API at the
+    server's /v1, as `ollama launch copilot` sets it; no GitHub sign-in is needed then."""
+    env = {"COPILOT_PROVIDER_BASE_URL": f"{t.url}/v1", "COPILOT_PROVIDER_API_KEY": t.key,
+           "COPILOT_PROVIDER_WIRE_API": "responses", "COPILOT_MODEL": t.model}
+    return ["--model", t.model, *extra], env
+
+
 INTEGRATIONS = {
     "claude": Integration("claude", "Claude Code", "claude", "https://code.claude.com/docs/en/quickstart", _claude),
     "codex": Integration("codex", "Codex", "codex", "npm install -g @openai/codex", _codex),
     "opencode": Integration("opencode", "OpenCode", "opencode", "npm install -g opencode-ai", _opencode),
+    "copilot": Integration("copilot", "Copilot CLI", "copilot", "npm install -g @github/copilot", _copilot),
 }
 AGENT_CONTEXT = 64000  # tokens: less and an agent's own instructions and tools crowd out the work (Ollama's advice)
 
 
 def find_binary(integration: Integration, environ: Mapping[str, str]) -> str | None:
-    """The agent's executable: on PATH, else where its own installer puts it (Claude Code: ~/.claude/local)."""
+    """The agent's executable: on PATH, else where its own installer puts it (Claude Code: ~/.claude/local, Copilot
+    CLI: ~/.local/bin)."""
     found = shutil.which(integration.binary, path=environ.get("PATH"))
     if found:
         return found
-    if integration.name == "claude":
-        local = Path(environ.get("HOME") or Path.home()) / ".claude" / "local" / "claude"
-        if local.is_file() and os.access(local, os.X_OK):
-            return str(local)
+    home = Path(environ.get("HOME") or Path.home())
+    local = {"claude": home / ".claude" / "local" / "claude", "copilot": home / ".local" / "bin" / "copilot"}.get(
+        integration.name)
+    if local is not None and local.is_file() and os.access(local, os.X_OK):
+        return str(local)
     return None
 
 

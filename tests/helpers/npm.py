@@ -21,3 +21,11 @@ def node_modules() -> Path:
     assert done.returncode == 0, done.stderr
     cache = Path(os.environ.get("OLLAMA_PY_CACHE") or Path.home() / ".cache" / "ollama-py")
     return cache / "agents" / "node_modules"
+
+
+def copilot_binary(modules: Path) -> Path:
+    """GitHub's Copilot CLI itself (a native binary in its platform package): its npm launcher, node_modules/.bin/
+    copilot, needs node >= 20 (import.meta.resolve), where Debian 12 ships 18."""
+    found = sorted((modules / "@github").glob("copilot-linux*-*/copilot"))
+    assert found, f"no Copilot CLI binary under {modules / '@github'}"
+    return found[0]

@@ -1,6 +1,7 @@
-"""The real coding agents against `serve` (issue 37): Claude Code (`claude -p`, Anthropic's /v1/messages) and
+"""The real coding agents against `serve` (issue 37): Claude Code (`claude -p`, Anthropic's /v1/messages),
 OpenAI's Codex CLI (`codex exec` with a provider on /v1, wire_api "responses", and `codex exec --oss`, which asks
-/api/version, /api/tags and then /v1/responses), and all three with OpenCode through `ollama-py launch`, each
+/api/version, /api/tags and then /v1/responses) and GitHub's Copilot CLI (`copilot -p` with a provider of its own:
+the Responses API on /v1, no GitHub sign-in), and all of them with OpenCode through `ollama-py launch`, each
 installed from npm at a pinned version by scripts/fetch_agents.sh. The model is the fake llama-server scripted to
 answer: a plain turn, and a tool round trip (the model calls the agent's own file-reading tool, the agent runs it
 and sends the result back, the model answers from it). Telemetry, auto-update and analytics off; each agent gets
@@ -23,7 +24,7 @@ import pytest
 import requests
 
 from tests.fakes.gguf_files import write_tiny_gguf
-from tests.helpers.npm import node_modules
+from tests.helpers.npm import copilot_binary, node_modules
 from tests.helpers.processes import start_fake_serve
 from tests.helpers.serve import stop_serve
 
@@ -91,8 +92,8 @@ def agent_env(tmp_path: Path, agents_bin: Path, **extra: str) -> dict[str, str]:
     """A clean environment: a HOME of its own, no inherited API keys or endpoints, nothing phoned home."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_", "OLLAMA_"))}
+    ours = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_", "OLLAMA_", "COPILOT_", "GH_", "GITHUB_")
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     return {**keep, "HOME": str(home), "PATH": f"{agents_bin}{os.pathsep}{os.environ.get('PATH', '')}",
             "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **extra}
@@ -249,6 +250,44 @@ def test_codex_oss_answers_one_turn(serve: Callable[..., str], tmp_path: Path, a
     assert done.stdout.strip() == HELLO
 
 
+# -- GitHub Copilot CLI ----------------------------------------------------------------------------------------------
+
+COPILOT_QUIET = ["-s", "--disable-client-telemetry", "--allow-all-tools"]  # the answer alone; tools run unasked
+
+
+def copilot_path_dir(tmp_path: Path, agents_bin: Path) -> Path:
+    """A directory with `copilot` (its native binary: the npm launcher wants node >= 20), for PATH."""
+    shim = tmp_path / "copilot-bin"
+    shim.mkdir(exist_ok=True)
+    if not (shim / "copilot").exists():
+        (shim / "copilot").symlink_to(copilot_binary(agents_bin.parent))
+    return shim
+
+
+def copilot(url: str, tmp_path: Path, agents_bin: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`copilot -p` as `ollama launch copilot` sets it up: COPILOT_PROVIDER_BASE_URL at the server's /v1, the
+    Responses API, an empty key."""
+    env = agent_env(tmp_path, agents_bin, COPILOT_PROVIDER_BASE_URL=f"{url}/v1", COPILOT_PROVIDER_API_KEY="",
+                    COPILOT_PROVIDER_WIRE_API="responses")
+    return run_agent([str(copilot_path_dir(tmp_path, agents_bin) / "copilot"), "--model", "tiny", *COPILOT_QUIET,
+                      "-p", *args], workdir, env)
+
+
+def test_copilot_answers_one_turn(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
+                                  workdir: Path) -> None:
+    done = copilot(serve(HELLO), tmp_path, agents_bin, workdir, "say hi")
+    assert done.stdout.strip() == HELLO
+
+
+def test_copilot_tool_round_trip(serve: Callable[..., str], tmp_path: Path, agents_bin: Path, workdir: Path) -> None:
+    """The model calls Copilot's `view` tool on the note; Copilot reads it and sends it back; the model answers."""
+    url = serve(tool_call("view", {"path": "note.txt"}))
+    done = copilot(url, tmp_path, agents_bin, workdir, "What does note.txt say?")
+    assert done.stdout.strip() == ANSWER
+    prompts = runner_prompts(tmp_path)
+    assert SECRET not in prompts[0] and SECRET in prompts[-1]  # the file's text went back to the model
+
+
 # -- ollama-py launch ------------------------------------------------------------------------------------------------
 
 def test_launch_runs_each_agent_configured_for_the_server(serve: Callable[..., str], tmp_path: Path,
@@ -279,9 +318,15 @@ def test_launch_runs_each_agent_configured_for_the_server(serve: Callable[..., s
     assert HELLO in opencode.stdout
     # its model entry's limits came from the context the server runs the model with: its answers may be 1/4 of it
     assert json.loads((tmp_path / "runner_requests.jsonl").read_text().splitlines()[-1])["n_predict"] == 8192
+
+    on_path = {**env, "PATH": f"{copilot_path_dir(tmp_path, agents_bin)}{os.pathsep}{env['PATH']}"}
+    copilot = run_agent([*launch, "copilot", "--model", "tiny", "--", *COPILOT_QUIET, "-p", "say hi"], workdir,
+                        on_path)
+    assert copilot.stdout.strip() == HELLO
+    assert "Launching Copilot CLI with tiny:latest..." in copilot.stderr
     saved = json.loads((tmp_path / "config" / "ollama-py" / "launch.json").read_text())
     assert saved == {"claude": {"model": "tiny:latest"}, "codex": {"model": "tiny:latest"},
-                     "opencode": {"model": "tiny:latest"}}
+                     "opencode": {"model": "tiny:latest"}, "copilot": {"model": "tiny:latest"}}
 
 
 def test_launch_sends_the_key_a_server_asks_for(serve: Callable[..., str], tmp_path: Path, agents_bin: Path,
@@ -295,8 +340,10 @@ def test_launch_sends_the_key_a_server_asks_for(serve: Callable[..., str], tmp_p
     env = agent_env(tmp_path, agents_bin, OLLAMA_HOST=url, XDG_CONFIG_HOME=str(tmp_path / "config"),
                     CODEX_HOME=str(home), OLLAMA_API_KEY="sekrit-1", OPENCODE_DISABLE_AUTOUPDATE="1")
     launch = [sys.executable, "-m", "ollama_py", "launch"]
+    env["PATH"] = f"{copilot_path_dir(tmp_path, agents_bin)}{os.pathsep}{env['PATH']}"
     for agent, args in (("claude", ["-p", "say hi"]), ("opencode", ["run", "say hi"]),
-                        ("codex", ["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "say hi"])):
+                        ("codex", ["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "say hi"]),
+                        ("copilot", [*COPILOT_QUIET, "-p", "say hi"])):
         done = run_agent([*launch, agent, "--model", "tiny", "--", *args], workdir, env)
         assert HELLO in done.stdout, (agent, done.stdout, done.stderr)
     refused = subprocess.run([*launch, "claude", "--model", "tiny"], cwd=workdir, capture_output=True, text=True,

@@ -81,6 +81,23 @@ def test_opencode_gets_a_provider_at_the_server_in_its_inline_config_beside_the_
             "models": {"qwen3:latest": {"name": "qwen3:latest", "limit": {"context": 65536, "output": 16384}}}}}}
 
 
+def test_copilot_gets_a_provider_of_its_own_at_the_servers_v1() -> None:
+    """As `ollama launch copilot`: COPILOT_PROVIDER_* (the Responses API), so no GitHub sign-in is needed."""
+    argv, env = command("copilot", "qwen3:latest", 65536, ["-p", "hi"], url="http://10.0.0.5:8080", key="k1")
+    assert argv == ["/bin/copilot", "--model", "qwen3:latest", "-p", "hi"]
+    assert env == {"COPILOT_PROVIDER_BASE_URL": "http://10.0.0.5:8080/v1", "COPILOT_PROVIDER_API_KEY": "k1",
+                   "COPILOT_PROVIDER_WIRE_API": "responses", "COPILOT_MODEL": "qwen3:latest"}
+
+
+def test_copilot_is_found_where_its_installer_puts_it(tmp_path: Path) -> None:
+    local = tmp_path / "home" / ".local" / "bin" / "copilot"
+    local.parent.mkdir(parents=True)
+    local.write_text("#!/bin/sh\n")
+    local.chmod(0o755)
+    assert find_binary(INTEGRATIONS["copilot"], {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")}) \
+        == str(local)
+
+
 def test_claude_is_found_where_its_installer_puts_it(tmp_path: Path) -> None:
     local = tmp_path / "home" / ".claude" / "local" / "claude"
     local.parent.mkdir(parents=True)
@@ -109,8 +126,9 @@ def test_a_missing_agent_is_named_with_how_to_install_it(fake: FakeOllama, tmp_p
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    pytest.param(["droid"], "unknown integration 'droid': one of claude, codex, opencode", id="unknown-agent"),
-    pytest.param([], "which agent? ollama-py launch claude|codex|opencode", id="no-agent-off-a-terminal"),
+    pytest.param(["droid"], "unknown integration 'droid': one of claude, codex, opencode, copilot",
+                 id="unknown-agent"),
+    pytest.param([], "which agent? ollama-py launch claude|codex|opencode|copilot", id="no-agent-off-a-terminal"),
     pytest.param(["claude", "--config"], "no model: pass --model MODEL", id="no-model-off-a-terminal"),
 ])
 def test_what_cannot_be_asked_off_a_terminal_is_a_clear_error(fake: FakeOllama, tmp_path: Path, args: list[str],
