@@ -31,6 +31,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from tests.fakes.gguf_files import write_gguf
+
 # The vision encoder: a 32x32 image cut into 8x8 patches -> 16 patches (and a class token), embedding 32.
 IMAGE_SIZE = 32
 PATCH_SIZE = 8
@@ -95,30 +97,9 @@ def _encoder_blocks(p: _Weights, prefix: str, blocks: int, embd: int, ff: int, *
 
 
 def _write_projector(path: Path, name: str, kv: dict[str, object], tensors: dict[str, np.ndarray]) -> Path:
-    writer = gguf.GGUFWriter(str(path), "clip")
-    writer.add_type(gguf.GGUFType.MMPROJ)  # general.type "mmproj", as llama.cpp's converter writes it
-    writer.add_name(name)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    for key, value in kv.items():
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        elif isinstance(value, list):
-            writer.add_array(key, value)
-        else:
-            raise TypeError(f"{key}: {type(value)}")
-    for tensor_name, data in tensors.items():
-        writer.add_tensor(tensor_name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return Path(path)
+    """A "clip" GGUF with general.type "mmproj", as llama.cpp's converter writes one (tests/fakes/gguf_files)."""
+    return write_gguf(path, "clip", {"general.name": name, "general.file_type": int(gguf.LlamaFileType.ALL_F32),
+                                     **kv}, tensors, general_type=gguf.GGUFType.MMPROJ)
 
 
 def write_vision_projector(path: Path, text_embd: int = 576, *, seed: int = 0) -> Path:

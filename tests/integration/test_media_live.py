@@ -50,6 +50,19 @@ def oai(live_server: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=live_server.url + "/v1", api_key="ollama", max_retries=0, timeout=300)
 
 
+def _prompt_tokens(oai: openai.OpenAI, model: str, question: str, media: dict[str, Any]) -> tuple[int, int]:
+    """OpenAI usage's prompt tokens for the question alone and with the media part before it (usage counts the
+    whole prompt, the media's tokens included)."""
+    text = [{"type": "text", "text": question}]
+    counts = []
+    for content in (text, [media, *text]):
+        done = oai.chat.completions.create(model=model, messages=[{"role": "user", "content": content}],
+                                          max_tokens=4, temperature=0, seed=7)
+        assert done.usage is not None
+        counts.append(done.usage.prompt_tokens)
+    return counts[0], counts[1]
+
+
 def _chat(server: Any, model: str, message: dict[str, Any]) -> dict[str, Any]:
     r = server.api("POST", "/api/chat", json={"model": model, "messages": [message], "stream": False,
                                               "options": GREEDY})
@@ -65,15 +78,9 @@ def test_each_projector_gives_its_capability(media_models: Any) -> None:
 
 
 def test_an_image_reaches_the_runner_from_each_protocol(media_models: Any, oai: openai.OpenAI) -> None:
-    # OpenAI: usage counts the whole prompt, the image's tokens included
-    text = [{"type": "text", "text": "What is in the picture?"}]
-    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
-    plain = oai.chat.completions.create(model=EYE, messages=[{"role": "user", "content": text}],
-                                        max_tokens=4, temperature=0, seed=7)
-    seen = oai.chat.completions.create(model=EYE, messages=[{"role": "user", "content": [image, *text]}],
-                                       max_tokens=4, temperature=0, seed=7)
-    assert plain.usage is not None and seen.usage is not None
-    assert seen.usage.prompt_tokens > plain.usage.prompt_tokens
+    plain, seen = _prompt_tokens(oai, EYE, "What is in the picture?",
+                                 {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}})
+    assert seen > plain
     # Anthropic: a base64 image block (one message with the image; OpenAI's parts become a message each, as in
     # Ollama, so the two prompts differ by a turn's markup)
     claude = anthropic.Anthropic(base_url=media_models.url, api_key="ollama", max_retries=0, timeout=300)
@@ -106,14 +113,9 @@ def test_a_prompt_that_leaves_the_cached_one_between_two_images(media_models: An
 
 
 def test_a_sound_reaches_the_runner_from_each_protocol(media_models: Any, oai: openai.OpenAI) -> None:
-    text = [{"type": "text", "text": "What do you hear?"}]
-    sound = {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}
-    plain = oai.chat.completions.create(model=EAR, messages=[{"role": "user", "content": text}],
-                                        max_tokens=4, temperature=0, seed=7)
-    heard = oai.chat.completions.create(model=EAR, messages=[{"role": "user", "content": [sound, *text]}],
-                                        max_tokens=4, temperature=0, seed=7)
-    assert plain.usage is not None and heard.usage is not None
-    assert heard.usage.prompt_tokens > plain.usage.prompt_tokens
+    plain, heard = _prompt_tokens(oai, EAR, "What do you hear?",
+                                  {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}})
+    assert heard > plain
     # Ollama's native API carries a sound in `images`, as Ollama does
     out = _chat(media_models, EAR, {"role": "user", "content": "What do you hear?", "images": [WAV]})
     assert out["done"] and out["eval_count"] >= 1

@@ -89,24 +89,15 @@ def test_copilot_gets_a_provider_of_its_own_at_the_servers_v1() -> None:
                    "COPILOT_PROVIDER_WIRE_API": "responses", "COPILOT_MODEL": "qwen3:latest"}
 
 
-def test_copilot_is_found_where_its_installer_puts_it(tmp_path: Path) -> None:
-    local = tmp_path / "home" / ".local" / "bin" / "copilot"
+@pytest.mark.parametrize(("name", "where"), [("claude", ".claude/local/claude"), ("copilot", ".local/bin/copilot")])
+def test_an_agent_off_path_is_found_where_its_installer_puts_it(tmp_path: Path, name: str, where: str) -> None:
+    local = tmp_path / "home" / where
     local.parent.mkdir(parents=True)
     local.write_text("#!/bin/sh\n")
     local.chmod(0o755)
-    assert find_binary(INTEGRATIONS["copilot"], {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")}) \
-        == str(local)
-
-
-def test_claude_is_found_where_its_installer_puts_it(tmp_path: Path) -> None:
-    local = tmp_path / "home" / ".claude" / "local" / "claude"
-    local.parent.mkdir(parents=True)
-    local.write_text("#!/bin/sh\n")
-    local.chmod(0o755)
-    assert find_binary(INTEGRATIONS["claude"], {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")}) \
-        == str(local)
-    assert find_binary(INTEGRATIONS["codex"], {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")}) \
-        is None
+    environ = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")}
+    assert find_binary(INTEGRATIONS[name], environ) == str(local)
+    assert find_binary(INTEGRATIONS["codex"], environ) is None
 
 
 def test_config_saves_the_model_as_the_server_lists_it_without_launching(fake: FakeOllama, tmp_path: Path) -> None:
