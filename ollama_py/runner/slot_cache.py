@@ -7,7 +7,7 @@ of a known conversation starts from its cached prefix instead of the whole promp
 
 Layout: `<root>/<weights digest, 16 hex>-<settings, 16 hex>/slot-<id>.bin`. The directory's name is the key
 (`key_for`): the weights and every load setting that makes a saved KV state valid for a runner (context, slots,
-KV cache types, flash attention, adapters, runner flags, the build variant); a runner started otherwise never
+KV cache types, flash attention, adapters, projectors, runner flags, the build variant); a runner started otherwise never
 sees another's files. Bounded: after each save, whole directories least recently used (saved or restored) go
 until the total is within the cap. Fail-open: a file llama-server refuses to restore is deleted and logged, a
 save that fails is logged, and neither ever reaches a client.
@@ -49,6 +49,8 @@ def key_for(spec: LaunchSpec, variant: str = "") -> str:
     weights = spec.shards[0] if spec.shards else spec.model
     settings = repr((str(weights), tuple(map(str, spec.adapters)), spec.num_ctx, spec.parallel, spec.kv_cache_type,
                      spec.flash_attention, str(spec.draft_model or ""), spec.extra, variant))
+    if spec.projectors:  # a saved slot keeps its images' and sounds' KV, which another projector would not give
+        settings += repr(tuple(map(str, spec.projectors)))  # (appended: a model without one keeps its old key)
     return f"{weights_digest(weights)}-{hashlib.sha256(settings.encode()).hexdigest()[:16]}"
 
 

@@ -202,8 +202,12 @@ def test_the_saved_state_is_keyed_by_the_settings_that_make_it_valid() -> None:
     same = key_for(base, "cpu_avx2")
     assert same == key_for(base, "cpu_avx2") and same.startswith("abababababababab-")
     for changed in (dict(num_ctx=4096), dict(parallel=1), dict(kv_cache_type="q8_0"), dict(flash_attention="off"),
-                    dict(adapters=(Path("/a"),)), dict(extra=("--rope-scaling", "yarn"))):
+                    dict(adapters=(Path("/a"),)), dict(extra=("--rope-scaling", "yarn")),
+                    dict(projectors=(Path("/eye-mmproj"),))):
         assert key_for(dataclasses.replace(base, **changed), "cpu_avx2") != same, changed  # type: ignore[arg-type]
+    # two projectors on the same weights: two keys (a saved image's KV is the projector's)
+    assert key_for(dataclasses.replace(base, projectors=(Path("/eye"),)), "cpu_avx2") != \
+        key_for(dataclasses.replace(base, projectors=(Path("/ear"),)), "cpu_avx2")
     assert key_for(base, "cuda") != same
     assert key_for(dataclasses.replace(base, n_gpu_layers=5), "cpu_avx2") == same  # placement does not matter
 
