@@ -6,11 +6,11 @@ llama-server gives the next request the idle slot whose tokens share the most wi
 of a known conversation starts from its cached prefix instead of the whole prompt.
 
 Layout: `<root>/<weights digest, 16 hex>-<settings, 16 hex>/slot-<id>.bin`. The directory's name is the key
-(`key_for`): the weights and every load setting that makes a saved KV state valid for a runner (context, slots,
-KV cache types, flash attention, adapters, projectors, runner flags, the build variant); a runner started
-otherwise never sees another's files. Bounded: after each save, whole directories least recently used (saved or restored) go
-until the total is within the cap. Fail-open: a file llama-server refuses to restore is deleted and logged, a
-save that fails is logged, and neither ever reaches a client.
+(`key_for`): the weights and every load setting that makes a saved KV state valid for a runner (context, slots, KV
+cache types, flash attention, adapters, projectors, runner flags, the build variant); a runner started otherwise
+never sees another's files. Bounded: after each save, whole directories least recently used (saved or restored) go
+until the total is within the cap. Fail-open: a file llama-server refuses to restore is deleted and logged, a save
+that fails is logged, and neither ever reaches a client.
 """
 
 from __future__ import annotations
