@@ -51,6 +51,18 @@ _HEALTH_POLL_SECONDS = 0.05
 _LOG_BATCH_SECONDS = 0.05  # a ready runner's stderr is read at most this often
 
 
+def exit_text(returncode: int | None) -> str:
+    """How a process ended, as Go's exec.ExitError says it (Ollama's runner errors quote it): "exit status 1", or
+    for a signal "signal: aborted", "signal: segmentation fault", "signal: killed" -- not a negative status."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.strsignal(-returncode)
+        except ValueError:
+            name = None
+        return f"signal: {name.lower() if name else -returncode}"
+    return f"exit status {returncode}"
+
+
 class RunnerState(enum.StrEnum):
     STARTING = "starting"
     READY = "ready"
@@ -476,7 +488,7 @@ class RunnerProcess:
                     self._failure = (f"model '{self.name}' exceeded its memory limit of {_size(self.memory_limit)}"
                                      + (f": {detail}" if detail else ""))
                 else:
-                    self._failure = (f"llama runner process has terminated: exit status {self.returncode}"
+                    self._failure = (f"llama runner process has terminated: {exit_text(self.returncode)}"
                                      + (f": {detail}" if detail else ""))
             log.warning("runner %s exited unexpectedly (%s)", self.name, self._failure)
             await self._set_state(RunnerState.FAILED)

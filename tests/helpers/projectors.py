@@ -147,7 +147,8 @@ def write_vision_projector(path: Path, text_embd: int = 576, *, seed: int = 0) -
     return _write_projector(path, "tiny-llava-mmproj", kv, tensors)
 
 
-def write_audio_projector(path: Path, text_embd: int = 576, *, seed: int = 1) -> Path:
+def write_audio_projector(path: Path, text_embd: int = 576, *, seed: int = 1,
+                          stack_factor: int = AUDIO_STACK_FACTOR) -> Path:
     """Write a tiny Ultravox-style audio projector (clip.projector_type "ultravox") to `path` and return it.
 
     Tests pass it to the real llama-server with `--mmproj` beside a real text model (output width `text_embd` =
@@ -161,7 +162,7 @@ def write_audio_projector(path: Path, text_embd: int = 576, *, seed: int = 1) ->
     them), fixed seed: about 650 KB.
     """
     p = _Weights(seed)
-    e, stacked = AUDIO_EMBD, AUDIO_EMBD * AUDIO_STACK_FACTOR
+    e, stacked = AUDIO_EMBD, AUDIO_EMBD * stack_factor
     kv: dict[str, object] = {
         "clip.projector_type": "ultravox",
         "clip.has_vision_encoder": False,
@@ -173,7 +174,7 @@ def write_audio_projector(path: Path, text_embd: int = 576, *, seed: int = 1) ->
         "clip.audio.attention.layer_norm_epsilon": 1e-5,
         "clip.audio.block_count": AUDIO_BLOCKS,
         "clip.audio.projection_dim": text_embd,
-        "clip.audio.projector.stack_factor": AUDIO_STACK_FACTOR,
+        "clip.audio.projector.stack_factor": stack_factor,
     }
     tensors = {
         # conv1d kernels ne [k, in, out]; their biases ne [1, out] (added to [frames, out])

@@ -141,3 +141,28 @@ def test_media_a_model_cannot_take_is_a_clear_error(media_models: Any, oai: open
     with pytest.raises(openai.BadRequestError):
         oai.chat.completions.create(model=EAR, max_tokens=4, messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]}])
+
+
+def test_a_runner_that_aborts_on_a_sound_is_a_clear_error_and_is_started_again(
+        media_models: Any, tmp_path: Any) -> None:
+    """An audio projector that this llama-server cannot run (Ultravox's stack of 8 frames over this tiny encoder:
+    clip.cpp makes 188 tokens where it expects 187, and aborts): the request's 500 says the runner died and why,
+    streamed or not, and the next request gets a new runner."""
+    weights = upload_blob(media_models.url, required_path("OLLAMA_PY_TEST_MODEL"))
+    broken = upload_blob(media_models.url, write_audio_projector(tmp_path / "broken.gguf", stack_factor=8))
+    r = media_models.api("POST", "/api/create", json={"model": "smol-broken", "stream": False,
+                                                      "parameters": {"num_predict": 4},
+                                                      "files": {"model.gguf": weights, "mmproj.gguf": broken}})
+    assert r.status_code == 200, r.text
+    try:
+        for stream in (False, True):
+            r = media_models.api("POST", "/api/chat", json={"model": "smol-broken", "stream": stream, "messages": [
+                {"role": "user", "content": "What do you hear?", "images": [WAV]}]})
+            assert r.status_code == 500
+            assert r.json() == {"error": "llama runner process has terminated: signal: aborted: "
+                                         "clip_encode: expected output 187 tokens, got 188"}
+        out = _chat(media_models, "smol-broken", {"role": "user", "content": "Say hi"})  # on a new runner
+        assert out["done"] and out["eval_count"] >= 1
+    finally:
+        media_models.unload("smol-broken:latest")
+        media_models.api("DELETE", "/api/delete", json={"model": "smol-broken"})

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ollama_py.runner.process import cause_of
+from ollama_py.runner.process import cause_of, exit_text
 
 ALLOC = "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 17179869184"
 TEMPLATE_INFO = "srv  load_model: chat template: {{ raise_exception('Conversation roles must alternate') }}"
@@ -45,5 +45,13 @@ async def test_a_crash_mid_stream_names_the_real_cause(fake_app: Any, aiohttp_cl
     assert resp.status == 200
     lines = [json.loads(line) for line in (await resp.text()).splitlines() if line]
     error = lines[-1]["error"]
-    assert error.startswith("llama runner process has terminated"), error
+    assert error.startswith("llama runner process has terminated: signal: aborted: "), error
     assert ALLOC in error and "raise_exception" not in error
+
+
+@pytest.mark.parametrize(("returncode", "text"), [(1, "exit status 1"), (-6, "signal: aborted"),
+                                                  (-9, "signal: killed"), (-11, "signal: segmentation fault"),
+                                                  (-4, "signal: illegal instruction")])
+def test_how_a_runner_ended_reads_as_gos_exit_error(returncode: int, text: str) -> None:
+    """As Ollama's errors quote Go's exec.ExitError: a signal by name, never a negative exit status."""
+    assert exit_text(returncode) == text
