@@ -1,5 +1,5 @@
-"""Image paths in a prompt for a vision model, as Ollama's CLI finds them: `describe ./cat.png` attaches the
-file and drops its path from the text."""
+"""Image and sound paths in a prompt for a multimodal model, as Ollama's CLI finds them: `describe ./cat.png`
+or `transcribe ./talk.wav` attaches the file and drops its path from the text."""
 
 from __future__ import annotations
 
@@ -10,18 +10,22 @@ from pathlib import Path
 from ollama_py.errors import OllamaError
 
 MAX_IMAGE_BYTES = 100 * 1024 * 1024
-# A path that starts with ./, / or \ (or a drive letter) and ends in an image extension; "\ " escapes a space.
-_PATH = re.compile(r"(?:[a-zA-Z]:)?(?:\./|/|\\)[\S\\ ]+?\.(?i:jpg|jpeg|png|webp)\b")
+# A path that starts with ./, / or \ (or a drive letter) and ends in an image or .wav extension; "\ " escapes a
+# space.
+_PATH = re.compile(r"(?:[a-zA-Z]:)?(?:\./|/|\\)[\S\\ ]+?\.(?i:jpg|jpeg|png|webp|wav)\b")
 
 
 def image_type(head: bytes) -> str | None:
-    """The content type from the first bytes, for the types a vision model takes."""
+    """The content type from the first bytes, for the types a multimodal model takes (Go's DetectContentType
+    names a WAV "audio/wave", as Ollama's CLI checks it)."""
     if head.startswith(b"\xff\xd8\xff"):
         return "image/jpeg"
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "image/webp"
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "audio/wave"
     return None
 
 
@@ -35,9 +39,14 @@ def _describe(head: bytes) -> str:
         return "application/octet-stream"
 
 
+def added(path: Path) -> str:
+    """What the CLI says of an attached file, as Ollama's does (by its extension)."""
+    return f"Added {'audio' if path.suffix.lower() == '.wav' else 'image'} '{path}'"
+
+
 def extract_images(prompt: str) -> tuple[str, list[str], list[Path]]:
-    """(prompt without the image paths, the images as base64, their paths). Paths that do not exist are left
-    in the text; a file that is not a JPEG, PNG or WebP image, or is too big, is an error naming it."""
+    """(prompt without the file paths, the files as base64, their paths). Paths that do not exist are left in
+    the text; a file that is not a JPEG, PNG or WebP image or a WAV sound, or is too big, is an error naming it."""
     images: list[str] = []
     paths: list[Path] = []
     for found in _PATH.findall(prompt):
@@ -59,3 +68,8 @@ def extract_images(prompt: str) -> tuple[str, list[str], list[Path]]:
         for text in (f"'{unescaped}'", f"'{found}'", found):
             prompt = prompt.replace(text, "")
     return prompt.strip() if paths else prompt, images, paths
+
+
+def multimodal(capabilities: list[str] | None) -> bool:
+    """Whether a model takes files in its prompts (Ollama's CLI: vision or audio)."""
+    return bool({"vision", "audio"} & set(capabilities or ()))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from ollama_py.api.options import parse_parameter
-from ollama_py.cli.images import extract_images
+from ollama_py.cli.images import added, extract_images, multimodal
 from ollama_py.cli.render import list_table, show_info
 from ollama_py.cli.session import RunOptions, chat, load_model
 from ollama_py.client import Client
@@ -41,6 +41,8 @@ USAGE = """Available Commands:
 Use \"\"\" to begin a multi-line message.
 
 """
+
+USAGE_FILES = "Use /path/to/file to include .jpg, .png, .webp images, or .wav audio files.\n"  # a multimodal model
 
 USAGE_SET = """Available Commands:
   /set parameter ...     Set a parameter
@@ -169,9 +171,9 @@ class Repl:
     """One interactive session over `client` with `opts`; `run()` returns when the user leaves."""
 
     def __init__(self, client: Client, opts: RunOptions, reader: LineReader, *, out: TextIO | None = None,
-                 err: TextIO | None = None, vision: bool = False) -> None:
+                 err: TextIO | None = None, multimodal: bool = False) -> None:
         self.client = client
-        self.vision = vision  # image paths in a message are attached (the model takes images)
+        self.multimodal = multimodal  # image and .wav paths in a message are attached (the model takes them)
         self.opts = opts
         self.reader = reader
         self.out = out or sys.stdout
@@ -246,14 +248,14 @@ class Repl:
 
     def send(self, text: str) -> None:
         message: dict[str, Any] = {"role": "user", "content": text}
-        if self.vision:
+        if self.multimodal:
             try:
                 message["content"], images, paths = extract_images(text)
             except OllamaError as e:
                 self.tell(f"Error: {e}\n")
                 return
             for path in paths:
-                self.tell(f"Added image '{path}'\n")
+                self.tell(added(path) + "\n")
             if images:
                 message["images"] = images
         self.opts.messages.append(message)
@@ -289,6 +291,8 @@ class Repl:
             topic = args[1] if len(args) > 1 else ""
             help_text = {"set": USAGE_SET, "/set": USAGE_SET, "show": USAGE_SHOW, "/show": USAGE_SHOW,
                          "shortcut": USAGE_SHORTCUTS, "shortcuts": USAGE_SHORTCUTS}.get(topic, "" if topic else USAGE)
+            if help_text is USAGE and self.multimodal:  # before its closing blank line, as Ollama's help says it
+                help_text = USAGE[:-1] + USAGE_FILES + "\n"
             self.tell(help_text)
         elif name == "/set":
             return self.command_set(args)
@@ -438,7 +442,7 @@ class Repl:
             if not self._think_explicit:
                 self.opts.think = True if "thinking" in (info.get("capabilities") or []) else None
             load_model(self.client, self.opts)
-            self.vision = "vision" in (info.get("capabilities") or [])
+            self.multimodal = multimodal(info.get("capabilities"))
         except NotFound:
             self.say(f"Couldn't find model '{self.opts.model}'")
             self.opts.model, self.opts.messages, self.opts.think = previous

@@ -13,7 +13,7 @@ import click
 from ollama_py.cli.commands import client_settings, connect
 from ollama_py.cli.display import WordWrapper, terminal_width
 from ollama_py.cli.envvars import epilog
-from ollama_py.cli.images import extract_images
+from ollama_py.cli.images import added, extract_images, multimodal
 from ollama_py.cli.progress import is_tty
 from ollama_py.cli.repl import ReadlineReader, Repl
 from ollama_py.cli.session import RunOptions, generate, load_model, show_or_pull
@@ -111,10 +111,10 @@ def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: boo
         return
 
     if not interactive:
-        if "vision" in capabilities:
+        if multimodal(capabilities):
             opts.prompt, opts.images, paths = extract_images(opts.prompt)
             for path in paths:
-                click.echo(f"Added image '{path}'", err=True)
+                click.echo(added(path), err=True)
         if is_tty(sys.stderr):  # where the spinner shows, it says how the load goes before the answer starts
             load_model(client, opts)
         generate(client, opts)
@@ -127,4 +127,4 @@ def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: boo
         # Started with Ctrl-C ignored (what a shell gives a background job, `cmd &`, and keeps through exec): the
         # session needs it to stop an answer and to hint at /bye, as Ollama's (Go's signal.Notify) takes it back.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    Repl(client, opts, reader, vision="vision" in capabilities).run()
+    Repl(client, opts, reader, multimodal=multimodal(capabilities)).run()

@@ -285,6 +285,31 @@ def test_run_attaches_image_paths_for_a_vision_model(fake: FakeOllama, tmp_path:
     assert body["images"] == [base64.b64encode(PNG).decode()] and body["prompt"] == "What is in ?"
 
 
+WAV = b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x00" * 28
+
+
+def test_run_attaches_a_wav_for_an_audio_model(fake: FakeOllama, tmp_path: Path) -> None:
+    """As Ollama's CLI: a .wav path is attached for a model with the audio capability, and said to be audio."""
+    import base64
+
+    fake.on("POST", "/api/show", {**SHOW, "capabilities": ["completion", "audio"]})
+    fake.on("POST", "/api/generate", answer("Hello."))
+    (tmp_path / "talk.wav").write_bytes(WAV)
+    result = invoke(fake, ["run", "ear", f"Transcribe {tmp_path / 'talk.wav'}"], tmp_path)
+    assert result.exit_code == 0 and result.stdout == "Hello.\n\n"
+    assert result.stderr == f"Added audio '{tmp_path / 'talk.wav'}'\n"
+    body = fake.bodies("POST", "/api/generate")[0]
+    assert body["images"] == [base64.b64encode(WAV).decode()] and body["prompt"] == "Transcribe"
+
+
+def test_repl_help_says_files_can_be_attached_to_a_multimodal_model(fake: FakeOllama) -> None:
+    files = "Use /path/to/file to include .jpg, .png, .webp images, or .wav audio files.\n"
+    _, err, _, _ = repl_vision(fake, "/?")
+    assert err.endswith('Use """ to begin a multi-line message.\n' + files + "\n")
+    out, err, _, _ = repl(fake, "/?")
+    assert files not in out + err and 'Use """ to begin a multi-line message.' in out + err
+
+
 def test_image_paths_stay_text_for_a_model_without_vision(model: FakeOllama, tmp_path: Path) -> None:
     model.on("POST", "/api/generate", answer("ok"))
     (tmp_path / "cat.png").write_bytes(PNG)
@@ -308,5 +333,5 @@ def test_repl_attaches_images_and_refuses_a_file_that_is_not_one(fake: FakeOllam
 def repl_vision(fake: FakeOllama, *lines: str) -> tuple[str, str, Script, RunOptions]:
     out, err, script = io.StringIO(), io.StringIO(), Script(*lines)
     options = RunOptions(model="llava")
-    Repl(Client(fake.host), options, script, out=out, err=err, vision=True).run()
+    Repl(Client(fake.host), options, script, out=out, err=err, multimodal=True).run()
     return out.getvalue(), err.getvalue(), script, options
