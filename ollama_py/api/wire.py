@@ -170,3 +170,4 @@ class ShowResponse(TypedDict):
     modified_at: str
     messages: NotRequired[list[Message]]  # the model's MESSAGE layer
     tensors: NotRequired[list[Tensor]]  # verbose only
+    projector_info: NotRequired[dict[str, Any]]  # a multimodal model's projector's metadata, as model_info

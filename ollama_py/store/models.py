@@ -257,6 +257,10 @@ class ModelStore:
         assert info is not None
         return info
 
+    def projector_info(self, model: Model) -> GGUFInfo | None:
+        """The model's (first) projector's GGUF header, cached by blob digest; None without one, or unreadable."""
+        return self._info_for(model.projectors[0]) if model.projectors else None
+
     def list_models(self) -> list[ListModelResponse]:
         """The /api/tags entries, most recently modified first."""
         entries: list[tuple[float, ListModelResponse]] = []

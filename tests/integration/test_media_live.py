@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import base64
 import io
+import os
+import subprocess
+import sys
 from typing import Any
 
 import anthropic
@@ -71,10 +74,18 @@ def _chat(server: Any, model: str, message: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_each_projector_gives_its_capability(media_models: Any) -> None:
-    eye = media_models.api("POST", "/api/show", json={"model": EYE}).json()["capabilities"]
-    ear = media_models.api("POST", "/api/show", json={"model": EAR}).json()["capabilities"]
-    assert "vision" in eye and "audio" not in eye
-    assert "audio" in ear and "vision" not in ear
+    eye = media_models.api("POST", "/api/show", json={"model": EYE}).json()
+    ear = media_models.api("POST", "/api/show", json={"model": EAR}).json()
+    assert "vision" in eye["capabilities"] and "audio" not in eye["capabilities"]
+    assert "audio" in ear["capabilities"] and "vision" not in ear["capabilities"]
+    # the projector's own metadata, as Ollama's /api/show gives it, and `show` prints it
+    assert eye["projector_info"]["clip.projector_type"] == "mlp"
+    assert ear["projector_info"]["clip.projector_type"] == "ultravox"
+    shown = subprocess.run([sys.executable, "-m", "ollama_py", "show", EYE], capture_output=True, text=True,
+                           env={**os.environ, "OLLAMA_HOST": media_models.url}, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    projector = shown.stdout.split("  Projector\n")[1].split("\n\n")[0].split("\n")
+    assert projector[0].split() == ["architecture", "clip"] and projector[1].split()[0] == "parameters"
 
 
 def test_an_image_reaches_the_runner_from_each_protocol(media_models: Any, oai: openai.OpenAI) -> None:

@@ -48,6 +48,14 @@ async def test_a_projector_gives_the_vision_capability(client):
     assert "vision" in caps
 
 
+async def test_show_carries_the_projectors_metadata_as_ollama_does(client):
+    shown = await (await client.post("/api/show", json={"model": "seer"})).json()
+    projector = shown["projector_info"]
+    assert projector["general.architecture"] == "clip" and projector["clip.has_vision_encoder"] is True
+    assert "general.parameter_count" in projector
+    assert "projector_info" not in await (await client.post("/api/show", json={"model": "blind"})).json()
+
+
 async def test_generate_sends_the_image_with_a_marker_before_the_text(client):
     r = await client.post("/api/generate", json={"model": "seer", "prompt": "What is this?", "images": [CAT],
                                                  "stream": False})
