@@ -217,3 +217,38 @@ def test_an_image_attached_for_a_vision_model_reaches_the_runner(page: Any, fake
     expect(page.locator(".msg.user img.thumb")).to_have_count(1)
     sent = [b["prompt"] for b in map(json.loads, log.read_text().splitlines()) if isinstance(b.get("prompt"), dict)]
     assert sent and sent[-1]["multimodal_data"] == [base64.b64encode(image.read_bytes()).decode()]
+
+
+def test_a_sound_attached_for_an_audio_model_reaches_the_runner(page: Any, fake_console: Any, tmp_path: Path,
+                                                               tiny_gguf: Path) -> None:
+    """An audio model's chat offers an Audio attachment (audio/* files), shows the clip as a player in the
+    message, and the runner gets the sound as multimodal data."""
+    import base64
+
+    from tests.fakes.gguf_files import write_gguf
+    from tests.helpers.serve import upload_blob
+
+    log = tmp_path / "bodies.jsonl"
+    console = fake_console({"FAKE_LOG_FILE": str(log)})
+    projector = write_gguf(tmp_path / "mmproj.gguf", "clip", {"clip.has_vision_encoder": False,
+                                                              "clip.has_audio_encoder": True},
+                           general_type="projector")
+    files = {"model.gguf": upload_blob(console.url, tiny_gguf), "mmproj.gguf": upload_blob(console.url, projector)}
+    r = requests.post(f"{console.url}/api/create", json={"model": "ear", "files": files, "stream": False}, timeout=60)
+    assert r.ok, r.text
+    sound = tmp_path / "talk.wav"
+    sound.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(28))
+
+    open_chat(page, console.url)
+    page.select_option("#chat-model", "ear:latest")
+    label = page.locator("#attach-label")
+    expect(label).to_be_visible()
+    expect(label).to_have_text("Audio")
+    expect(page.locator("#attach")).to_have_attribute("accept", "audio/*")
+    page.set_input_files("#attach", str(sound))
+    expect(page.locator("#attachments audio")).to_have_count(1)
+    send(page, "what is said?")
+    expect(page.locator(".msg.assistant .stats")).to_be_visible()
+    expect(page.locator(".msg.user audio.clip")).to_have_count(1)
+    sent = [b["prompt"] for b in map(json.loads, log.read_text().splitlines()) if isinstance(b.get("prompt"), dict)]
+    assert sent and sent[-1]["multimodal_data"] == [base64.b64encode(sound.read_bytes()).decode()]

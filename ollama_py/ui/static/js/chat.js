@@ -9,7 +9,7 @@ const CURRENT = 'ollama-py.current-chat';
 let chats = [];
 let currentId = null;
 let running = null; // {controller, chatId} while an answer streams
-let attachments = []; // base64 images for the next message
+let attachments = []; // base64 images and sounds for the next message
 const capabilities = new Map(); // model -> its capabilities (from /api/show)
 
 function load() {
@@ -80,7 +80,7 @@ function messageElement(msg) {
   if (msg.role === 'assistant') renderMarkdown(content, msg.content);
   else content.textContent = msg.content;
   el.append(content);
-  for (const img of msg.images || []) el.append(h('img', { class: 'thumb', src: `data:image/*;base64,${img}`, alt: 'attached image' }));
+  for (const item of msg.images || []) el.append(mediaElement(item, 'attached file'));
   if (msg.progress != null && !msg.content && !msg.thinking) {
     el.append(h('div', { class: 'note prompt-progress' }, `processing prompt ${msg.progress} %`));
   }
@@ -122,6 +122,23 @@ function readSettings(chat) {
   chat.think = $('#opt-think').checked;
 }
 
+// An attached file's audio type by its first bytes (WAV, MP3, FLAC: as the server tells a sound from an image),
+// else null (an image).
+function audioType(b64) {
+  const head = atob(b64.slice(0, 16));
+  if (head.startsWith('RIFF') && head.slice(8, 12) === 'WAVE') return 'audio/wav';
+  if (head.startsWith('ID3') || (head.charCodeAt(0) === 0xff && (head.charCodeAt(1) & 0xe0) === 0xe0)) return 'audio/mpeg';
+  if (head.startsWith('fLaC')) return 'audio/flac';
+  return null;
+}
+
+function mediaElement(b64, name) {
+  const audio = audioType(b64);
+  return audio
+    ? h('audio', { class: 'clip', controls: true, src: `data:${audio};base64,${b64}`, title: name })
+    : h('img', { class: 'thumb', src: `data:image/*;base64,${b64}`, alt: name });
+}
+
 async function modelChanged() {
   const model = $('#chat-model').value;
   if (!model) return;
@@ -130,7 +147,10 @@ async function modelChanged() {
   }
   const caps = await capabilities.get(model);
   $('#think-row').hidden = !caps.includes('thinking');
-  $('#attach-label').hidden = !caps.includes('vision');
+  const vision = caps.includes('vision'), audio = caps.includes('audio');
+  $('#attach-label').hidden = !vision && !audio; // a multimodal model takes images, sounds or both
+  $('#attach-label').firstChild.textContent = vision && audio ? 'Image/Audio ' : audio ? 'Audio ' : 'Image ';
+  $('#attach').accept = [vision && 'image/*', audio && 'audio/*'].filter(Boolean).join(',');
 }
 
 function setRunning(on) {
@@ -240,7 +260,7 @@ export function initChat() {
         reader.readAsDataURL(file);
       });
       attachments.push(data);
-      $('#attachments').append(h('img', { class: 'thumb', src: `data:image/*;base64,${data}`, alt: file.name }));
+      $('#attachments').append(mediaElement(data, file.name));
     }
     e.target.value = '';
   });
