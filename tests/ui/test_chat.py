@@ -6,8 +6,10 @@ real SmolLM2 through a live `ollama-py serve`, as a person would.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,20 +190,30 @@ def test_a_thinking_model_shows_its_thinking_folded(page: Any, fake_console: Any
     expect(thinking.locator(".thinking-text")).to_have_text("Paris, surely.")
 
 
-def test_an_image_attached_for_a_vision_model_reaches_the_runner(page: Any, fake_console: Any, tmp_path: Path,
-                                                                tiny_gguf: Path) -> None:
-    import base64
-
+def _multimodal_console(fake_console: Any, tmp_path: Path, tiny_gguf: Path, name: str,
+                        encoders: dict[str, object]) -> tuple[Any, Callable[[], list[str]]]:
+    """A console whose server has `name`, the tiny model with a projector of those encoders; and the media each
+    multimodal request gave the runner, in order."""
     from tests.fakes.gguf_files import write_gguf
     from tests.helpers.serve import upload_blob
 
     log = tmp_path / "bodies.jsonl"
     console = fake_console({"FAKE_LOG_FILE": str(log)})
-    projector = write_gguf(tmp_path / "mmproj.gguf", "clip", {"clip.has_vision_encoder": True},
-                           general_type="projector")
+    projector = write_gguf(tmp_path / "mmproj.gguf", "clip", encoders, general_type="projector")
     files = {"model.gguf": upload_blob(console.url, tiny_gguf), "mmproj.gguf": upload_blob(console.url, projector)}
-    r = requests.post(f"{console.url}/api/create", json={"model": "seer", "files": files, "stream": False}, timeout=60)
+    r = requests.post(f"{console.url}/api/create", json={"model": name, "files": files, "stream": False}, timeout=60)
     assert r.ok, r.text
+
+    def sent() -> list[str]:
+        bodies = map(json.loads, log.read_text().splitlines())
+        return [b["prompt"]["multimodal_data"] for b in bodies if isinstance(b.get("prompt"), dict)]
+
+    return console, sent
+
+
+def test_an_image_attached_for_a_vision_model_reaches_the_runner(page: Any, fake_console: Any, tmp_path: Path,
+                                                                tiny_gguf: Path) -> None:
+    console, sent = _multimodal_console(fake_console, tmp_path, tiny_gguf, "seer", {"clip.has_vision_encoder": True})
     image = tmp_path / "cat.png"
     image.write_bytes(b"\x89PNG cat pixels")
 
@@ -215,27 +227,15 @@ def test_an_image_attached_for_a_vision_model_reaches_the_runner(page: Any, fake
     send(page, "what is this?")
     expect(page.locator(".msg.assistant .stats")).to_be_visible()
     expect(page.locator(".msg.user img.thumb")).to_have_count(1)
-    sent = [b["prompt"] for b in map(json.loads, log.read_text().splitlines()) if isinstance(b.get("prompt"), dict)]
-    assert sent and sent[-1]["multimodal_data"] == [base64.b64encode(image.read_bytes()).decode()]
+    assert sent()[-1] == [base64.b64encode(image.read_bytes()).decode()]
 
 
 def test_a_sound_attached_for_an_audio_model_reaches_the_runner(page: Any, fake_console: Any, tmp_path: Path,
                                                                tiny_gguf: Path) -> None:
     """An audio model's chat offers an Audio attachment (audio/* files), shows the clip as a player in the
     message, and the runner gets the sound as multimodal data."""
-    import base64
-
-    from tests.fakes.gguf_files import write_gguf
-    from tests.helpers.serve import upload_blob
-
-    log = tmp_path / "bodies.jsonl"
-    console = fake_console({"FAKE_LOG_FILE": str(log)})
-    projector = write_gguf(tmp_path / "mmproj.gguf", "clip", {"clip.has_vision_encoder": False,
-                                                              "clip.has_audio_encoder": True},
-                           general_type="projector")
-    files = {"model.gguf": upload_blob(console.url, tiny_gguf), "mmproj.gguf": upload_blob(console.url, projector)}
-    r = requests.post(f"{console.url}/api/create", json={"model": "ear", "files": files, "stream": False}, timeout=60)
-    assert r.ok, r.text
+    console, sent = _multimodal_console(fake_console, tmp_path, tiny_gguf, "ear",
+                                        {"clip.has_vision_encoder": False, "clip.has_audio_encoder": True})
     sound = tmp_path / "talk.wav"
     sound.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(28))
 
@@ -250,5 +250,4 @@ def test_a_sound_attached_for_an_audio_model_reaches_the_runner(page: Any, fake_
     send(page, "what is said?")
     expect(page.locator(".msg.assistant .stats")).to_be_visible()
     expect(page.locator(".msg.user audio.clip")).to_have_count(1)
-    sent = [b["prompt"] for b in map(json.loads, log.read_text().splitlines()) if isinstance(b.get("prompt"), dict)]
-    assert sent and sent[-1]["multimodal_data"] == [base64.b64encode(sound.read_bytes()).decode()]
+    assert sent()[-1] == [base64.b64encode(sound.read_bytes()).decode()]
