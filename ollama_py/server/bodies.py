@@ -289,9 +289,7 @@ def requested_model(body: dict[str, Any], *, remote: str = REMOTE_INFERENCE) -> 
     """The model a request names: parsed, and as the user wrote it (error texts quote it that way; find_model
     reads its `:local` there). A cloud model (`name:cloud`, `name:tag-cloud`) is a 403 naming `remote`, what is
     unavailable, as from an Ollama with its cloud disabled."""
-    raw = field(body, "model", str) or field(body, "name", str)
-    if not raw:
-        raise BadRequest("model is required")
+    raw = _named(body)
     ref = parse_ref(raw)
     name = parse_name(ref.base)
     if ref.source == CLOUD:
@@ -302,18 +300,21 @@ def requested_model(body: dict[str, Any], *, remote: str = REMOTE_INFERENCE) -> 
 def stored_model(body: dict[str, Any]) -> tuple[ModelName, str]:
     """The model a pull or a delete names, as Ollama normalises it: a cloud model's stub under the name it is
     stored by (`name:tag:cloud` -> `name:tag-cloud`), `:local` dropped; and the name as the user wrote it."""
-    raw = field(body, "model", str) or field(body, "name", str)
-    if not raw:
-        raise BadRequest("model is required")
+    raw = _named(body)
     return parse_name(stored_ref(raw)), raw
 
 
 def model_name(body: dict[str, Any], key: str = "model") -> ModelName:
     """The model named in a request (legacy "name" accepted), parsed; 400 when missing or invalid."""
+    return parse_name(_named(body, key))
+
+
+def _named(body: dict[str, Any], key: str = "model") -> str:
+    """The model name a request writes under `key` (for "model", the legacy "name" too); 400 when there is none."""
     raw = field(body, key, str) or (field(body, "name", str) if key == "model" else None)
     if not raw:
         raise BadRequest("model is required")
-    return parse_name(raw)
+    return raw
 
 
 def keep_alive(body: dict[str, Any]) -> float | None:

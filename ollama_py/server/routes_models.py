@@ -139,8 +139,9 @@ async def show(request: web.Request) -> web.Response:
         out["model_info"] = model_info(info, verbose) if info else {}
         projector = store.projector_info(model)
         if projector is not None:  # as Ollama: the projector's metadata, its name kept (`show` prints a section)
-            out["projector_info"] = {**model_info(projector, verbose), **(
-                {"general.name": projector.kv["general.name"]} if "general.name" in projector.kv else {})}
+            out["projector_info"] = model_info(projector, verbose)
+            if "general.name" in projector.kv:
+                out["projector_info"]["general.name"] = projector.kv["general.name"]
         if copilot:  # VS Code's Copilot Chat names the model by general.basename: the name the user picked, as Ollama
             out["model_info"]["general.basename"] = raw  # (the GGUF's basename is seldom one a user knows)
         if verbose and info:
