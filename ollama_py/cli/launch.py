@@ -65,6 +65,7 @@ class Integration:
     binary: str
     install: str
     setup: Callable[[Target, Sequence[str]], tuple[list[str], dict[str, str]]]  # -> its arguments, env to set
+    home_path: str = ""  # where its own installer puts it, under HOME, when that is off PATH
 
 
 def _claude(t: Target, extra: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -116,10 +117,12 @@ def _copilot(t: Target, extra: Sequence[str]) -> tuple[list[str], dict[str, str]
 
 
 INTEGRATIONS = {
-    "claude": Integration("claude", "Claude Code", "claude", "https://code.claude.com/docs/en/quickstart", _claude),
+    "claude": Integration("claude", "Claude Code", "claude", "https://code.claude.com/docs/en/quickstart", _claude,
+                          ".claude/local/claude"),
     "codex": Integration("codex", "Codex", "codex", "npm install -g @openai/codex", _codex),
     "opencode": Integration("opencode", "OpenCode", "opencode", "npm install -g opencode-ai", _opencode),
-    "copilot": Integration("copilot", "Copilot CLI", "copilot", "npm install -g @github/copilot", _copilot),
+    "copilot": Integration("copilot", "Copilot CLI", "copilot", "npm install -g @github/copilot", _copilot,
+                           ".local/bin/copilot"),
 }
 AGENT_CONTEXT = 64000  # tokens: less and an agent's own instructions and tools crowd out the work (Ollama's advice)
 
@@ -130,11 +133,10 @@ def find_binary(integration: Integration, environ: Mapping[str, str]) -> str | N
     found = shutil.which(integration.binary, path=environ.get("PATH"))
     if found:
         return found
-    home = Path(environ.get("HOME") or Path.home())
-    local = {"claude": home / ".claude" / "local" / "claude", "copilot": home / ".local" / "bin" / "copilot"}.get(
-        integration.name)
-    if local is not None and local.is_file() and os.access(local, os.X_OK):
-        return str(local)
+    if integration.home_path:
+        local = Path(environ.get("HOME") or Path.home()) / integration.home_path
+        if local.is_file() and os.access(local, os.X_OK):
+            return str(local)
     return None
 
 
