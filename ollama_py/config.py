@@ -193,6 +193,7 @@ class Settings:
     debug: bool = False
     gpu_overhead: int = 0
     nohistory: bool = False
+    no_cloud: bool = False  # OLLAMA_NO_CLOUD: cloud features are off here either way; /api/status names who said so
     noui: bool = False  # OLLAMA_NOUI: no web console at /ui
     api_keys: tuple[str, ...] = ()
     rpc_servers: tuple[str, ...] = ()
@@ -264,6 +265,7 @@ class Settings:
             debug=_bool(env, "OLLAMA_DEBUG"),
             gpu_overhead=_uint(env, "OLLAMA_GPU_OVERHEAD", 0),
             nohistory=_bool(env, "OLLAMA_NOHISTORY"),
+            no_cloud=_bool(env, "OLLAMA_NO_CLOUD"),
             noui=_bool(env, "OLLAMA_NOUI"),
             api_keys=tuple(k.strip() for k in keys.split(",") if k.strip()),
             data_dir=Path(_var(env, "OLLAMA_PY_DATA_DIR")).expanduser() if _var(env, "OLLAMA_PY_DATA_DIR")

@@ -188,6 +188,8 @@ SERVER_FIELDS: tuple[ServerField, ...] = (
     ServerField("gpu_overhead", ("OLLAMA_GPU_OVERHEAD",), "gpu_overhead", _uint, "bytes of VRAM kept free per GPU"),
     ServerField("no_history", ("OLLAMA_NOHISTORY",), "nohistory", _bool, "no REPL history"),
     ServerField("no_ui", ("OLLAMA_NOUI",), "noui", _bool, "no web console"),
+    ServerField("no_cloud", ("OLLAMA_NO_CLOUD",), "no_cloud", _bool,
+                "named by /api/status (cloud features are off either way)"),
     ServerField("api_keys", ("OLLAMA_API_KEYS", "OLLAMA_API_KEY_SERVER"), "api_keys", _strings,
                 "bearer tokens required on every route"),
     ServerField("rpc_servers", ("OLLAMA_RPC_SERVERS",), "rpc_servers", _strings, "llama.cpp RPC workers"),

@@ -90,10 +90,14 @@ class Forbidden(OllamaError):
 
 class CloudDisabled(Forbidden):
     """A cloud model (`name:cloud`, or a stored stub that points at a remote host): ollama-py runs models here
-    only, and answers as an Ollama whose cloud is disabled does. `operation` is what is unavailable."""
+    only, and answers as an Ollama whose cloud is disabled does. `operation` is what is unavailable. `bare`: the
+    name itself asked for the cloud, which Ollama refuses before any protocol's translation, so the answer is its
+    plain {"error": "..."} on the OpenAI and Anthropic routes too (a stub is found later, and answered in the
+    route's envelope)."""
 
-    def __init__(self, operation: str) -> None:
+    def __init__(self, operation: str, *, bare: bool = False) -> None:
         super().__init__(f"ollama cloud is disabled: {operation}")
+        self.bare = bare
 
 
 REMOTE_INFERENCE = "remote model is unavailable"  # Ollama's operations, in its 403s

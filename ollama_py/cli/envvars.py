@@ -12,6 +12,7 @@ DESCRIPTIONS: dict[str, str] = {
     "OLLAMA_MODELS": "The path to the models directory",
     "OLLAMA_NUM_PARALLEL": "Maximum number of parallel requests",
     "OLLAMA_NOPRUNE": "Do not prune model blobs on startup",
+    "OLLAMA_NO_CLOUD": "Disable Ollama cloud features (always off in ollama-py; /api/status reports it)",
     "OLLAMA_ORIGINS": "A comma separated list of allowed origins",
     "OLLAMA_SCHED_SPREAD": "Always schedule model across all GPUs",
     "OLLAMA_FLASH_ATTENTION": "Enabled flash attention",
@@ -30,8 +31,8 @@ DESCRIPTIONS: dict[str, str] = {
 
 SERVE_VARS = (
     "OLLAMA_DEBUG", "OLLAMA_HOST", "OLLAMA_CONTEXT_LENGTH", "OLLAMA_KEEP_ALIVE", "OLLAMA_MAX_LOADED_MODELS",
-    "OLLAMA_MAX_QUEUE", "OLLAMA_MODELS", "OLLAMA_NUM_PARALLEL", "OLLAMA_NOPRUNE", "OLLAMA_ORIGINS",
-    "OLLAMA_SCHED_SPREAD", "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_LLM_LIBRARY",
+    "OLLAMA_MAX_QUEUE", "OLLAMA_MODELS", "OLLAMA_NUM_PARALLEL", "OLLAMA_NOPRUNE", "OLLAMA_NO_CLOUD",
+    "OLLAMA_ORIGINS", "OLLAMA_SCHED_SPREAD", "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_LLM_LIBRARY",
     "OLLAMA_GPU_OVERHEAD", "OLLAMA_LOAD_TIMEOUT", "OLLAMA_REQUEST_TIMEOUT", "OLLAMA_RUNNERS_DIR", "OLLAMA_API_KEYS",
     "OLLAMA_RPC_SERVERS",
     "OLLAMA_PY_DATA_DIR",

@@ -288,12 +288,13 @@ def _check_token_ids(value: list[Any], key: str) -> list[int]:
 def requested_model(body: dict[str, Any], *, remote: str = REMOTE_INFERENCE) -> tuple[ModelName, str]:
     """The model a request names: parsed, and as the user wrote it (error texts quote it that way; find_model
     reads its `:local` there). A cloud model (`name:cloud`, `name:tag-cloud`) is a 403 naming `remote`, what is
-    unavailable, as from an Ollama with its cloud disabled."""
+    unavailable, as from an Ollama with its cloud disabled (in Ollama's own envelope on every route: its cloud
+    check comes before the OpenAI and Anthropic translation)."""
     raw = _named(body)
     ref = parse_ref(raw)
     name = parse_name(ref.base)
     if ref.source == CLOUD:
-        raise CloudDisabled(remote)
+        raise CloudDisabled(remote, bare=True)
     return name, raw
 
 

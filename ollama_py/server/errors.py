@@ -19,7 +19,7 @@ import re
 
 from aiohttp import web
 
-from ollama_py.errors import OllamaError, ServerBusy
+from ollama_py.errors import CloudDisabled, OllamaError, ServerBusy
 from ollama_py.server.appkeys import SETTINGS
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,10 @@ async def error_middleware(request: web.Request, handler):
     except ServerBusy as e:
         log.warning("%s %s -> busy: %s", request.method, request.path, e)
         return busy_response(request, e)
+    except CloudDisabled as e:
+        if e.bare:
+            return web.json_response({"error": str(e)}, status=e.status)
+        return error_response(request, e.status, str(e))
     except OllamaError as e:
         if e.status >= 500:
             log.warning("%s %s -> %d: %s", request.method, request.path, e.status, e)

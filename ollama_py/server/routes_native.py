@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from aiohttp import web
@@ -25,7 +27,7 @@ from ollama_py.api.wire import (
 from ollama_py.errors import BadRequest, CloudDisabled
 from ollama_py.fastjson import dumps
 from ollama_py.server import embeddings, logprobs
-from ollama_py.server.appkeys import SCHEDULER
+from ollama_py.server.appkeys import SCHEDULER, SETTINGS
 from ollama_py.server.bodies import (
     check_images,
     checked_images,
@@ -69,9 +71,24 @@ async def version(request: web.Request) -> web.Response:
 @routes.get("/api/status")
 async def status(request: web.Request) -> web.Response:
     """Ollama's cloud status, which its CLI and app ask before offering cloud models or web search: ollama-py has
-    no ollama.com features, so they are always disabled -- by nothing the user set (Ollama's source "none"; its
-    others name OLLAMA_NO_CLOUD or its server config)."""
-    return web.json_response({"cloud": {"disabled": True, "source": "none"}})
+    no ollama.com features, so they are always disabled. `source` says who else turned them off, as Ollama's
+    does: "env" (OLLAMA_NO_CLOUD), "config" (`disable_ollama_cloud` in ~/.ollama/server.json, which Ollama's app
+    writes), "both", or "none" (nobody: they are off because ollama-py has none)."""
+    env = request.app[SETTINGS].no_cloud
+    config = await asyncio.to_thread(_config_disables_cloud, Path.home() / ".ollama" / "server.json")
+    source = {(True, True): "both", (True, False): "env", (False, True): "config"}.get((env, config), "none")
+    return web.json_response({"cloud": {"disabled": True, "source": source}})
+
+
+def _config_disables_cloud(path: Path) -> bool:
+    """Ollama's server config says `disable_ollama_cloud`; a missing or unreadable file says nothing (as Ollama
+    reads it: at most a debug line)."""
+    try:
+        with path.open("rb") as f:
+            config = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("disable_ollama_cloud") is True
 
 
 @routes.post("/api/experimental/web_search")

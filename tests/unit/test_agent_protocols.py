@@ -28,14 +28,39 @@ async def test_version_is_the_ollama_api_implemented_and_ours_beside_it(fake_app
     assert tuple(int(p) for p in body["version"].split(".")) >= (0, 13, 4)
 
 
-async def test_cloud_status_says_disabled(fake_app, aiohttp_client):
+@pytest.mark.parametrize("env", [False, True])
+async def test_cloud_status_says_disabled(fake_app, aiohttp_client, tmp_path, monkeypatch, env):
     """Ollama's CLI and app ask /api/status before offering cloud models (`ollama launch`'s model list, web
-    search): here there are none, and it says so rather than a 404 they would read as "unknown"."""
-    _, app = fake_app()
+    search): here there are none, and it says so rather than a 404 they would read as "unknown"; the source names
+    who else turned them off, as Ollama's does (OLLAMA_NO_CLOUD, Ollama's ~/.ollama/server.json, both)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = tmp_path / "home" / ".ollama" / "server.json"
+    _, app = fake_app(no_cloud=env)
     client = await aiohttp_client(app)
-    resp = await client.get("/api/status")
-    assert resp.status == 200
-    assert await resp.json() == {"cloud": {"disabled": True, "source": "none"}}
+
+    async def source() -> str:
+        resp = await client.get("/api/status")
+        assert resp.status == 200
+        body = await resp.json()
+        assert body["cloud"]["disabled"] is True and set(body) == {"cloud"}
+        return body["cloud"]["source"]
+
+    assert await source() == ("env" if env else "none")
+    config.parent.mkdir(parents=True)
+    config.write_text('{"disable_ollama_cloud": true}')  # read on each call
+    assert await source() == ("both" if env else "config")
+    config.write_text('{"disable_ollama_cloud": false}')
+    assert await source() == ("env" if env else "none")
+    config.write_text("not json")  # unreadable: it says nothing, as Ollama reads it
+    assert await source() == ("env" if env else "none")
+
+
+def test_no_cloud_is_read_as_ollama_reads_it():
+    from ollama_py.config import Settings
+    assert Settings.from_env({"OLLAMA_NO_CLOUD": "1"}).no_cloud
+    assert Settings.from_env({"OLLAMA_NO_CLOUD": "yes"}).no_cloud  # unparsable: true, as Go's envconfig.Bool
+    assert not Settings.from_env({"OLLAMA_NO_CLOUD": "false"}).no_cloud
+    assert not Settings.from_env({}).no_cloud
 
 
 @pytest.mark.parametrize(("path", "body", "what"), [

@@ -52,11 +52,13 @@ def _store_stub(app: Any, name: str, remote_model: str = "gpt-oss:20b",
 @pytest.mark.parametrize(("path", "extra"), INFERENCE)
 @pytest.mark.parametrize("model", ["gpt-oss:20b:cloud", "gpt-oss:20b-cloud", "qwen3-coder:CLOUD"])
 async def test_a_cloud_model_is_refused_on_every_inference_route(fake_app, aiohttp_client, path, extra, model):
+    """In Ollama's own envelope on every route, the OpenAI and Anthropic ones too: its cloud check runs before
+    their translation (a cloud name never reaches the OpenAI or Anthropic middleware)."""
     _, app = fake_app()
     client = await aiohttp_client(app)
     resp = await client.post(path, json={"model": model, **extra})
     assert resp.status == 403
-    assert _message(path, await resp.json()) == UNAVAILABLE
+    assert await resp.json() == {"error": UNAVAILABLE}
 
 
 async def test_a_cloud_models_details_are_refused(fake_app, aiohttp_client):
@@ -65,7 +67,7 @@ async def test_a_cloud_models_details_are_refused(fake_app, aiohttp_client):
     show = await client.post("/api/show", json={"model": "gpt-oss:20b:cloud"})
     assert show.status == 403 and await show.json() == {"error": NO_DETAILS}
     retrieve = await client.get("/v1/models/gpt-oss:120b-cloud")
-    assert retrieve.status == 403 and (await retrieve.json())["error"]["message"] == NO_DETAILS
+    assert retrieve.status == 403 and await retrieve.json() == {"error": NO_DETAILS}
 
 
 async def test_local_names_the_local_model(fake_app, aiohttp_client):
@@ -97,10 +99,12 @@ async def test_a_stored_stub_is_listed_with_its_remote_and_refused(fake_app, aio
     assert entries["team-box:latest"]["remote_model"] == "llama3.2:3b"
     assert entries["team-box:latest"]["remote_host"] == "http://10.0.0.5:11434"
     assert "remote_host" not in entries["tiny:latest"]  # omitted for a model of our own, as Ollama's omitempty
-    for path, extra in INFERENCE:
+    for path, extra in INFERENCE:  # found by the handler: in the route's envelope, as Ollama's middleware wraps it
         resp = await client.post(path, json={"model": "team-box", **extra})
         assert resp.status == 403, path
-        assert _message(path, await resp.json()) == UNAVAILABLE, path
+        body = await resp.json()
+        assert _message(path, body) == UNAVAILABLE, path
+        assert isinstance(body["error"], str) == path.startswith("/api/"), path
     show = await client.post("/api/show", json={"model": "team-box"})
     assert show.status == 403 and await show.json() == {"error": NO_DETAILS}
     # asked for as the local model, the stub is not one
