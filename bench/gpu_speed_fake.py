@@ -44,7 +44,17 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, cpu_seconds, create_model, load_average, median, runner_argv, runner_key, start_serve  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS,
+    cpu_model,
+    cpu_seconds,
+    create_model,
+    load_average,
+    median,
+    runner_argv,
+    runner_key,
+    start_serve,
+)
 
 FAKE = ROOT / "tests" / "fakes" / "fake_llama_server.py"
 PROMPT_DELAY, TOKEN_DELAY = 0.002, 0.001
@@ -201,7 +211,7 @@ def table(res: dict[str, Any]) -> str:
     rows.append("")
     rows.append(f"16 clients on 4 slots, 64 tokens each: aggregate gateway/direct **{c['ratio']:.3f}** "
                 f"({c['gateway_chunks_per_s']:.0f} vs {c['direct_chunks_per_s']:.0f} chunks/s); gateway CPU per "
-                f"relayed token {res['cpu_per_token_us']:.0f} µs; load {res['load']}.")
+                f"relayed token {res['cpu_per_token_us']:.0f} µs; load {res['load']}; CPU {res.get('cpu', '?')}.")
     return "\n".join(rows)
 
 
@@ -264,7 +274,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             conc = await bench.concurrency(args.conc_rounds)
             return {"label": args.label, "rounds": args.rounds, "pinned": args.pin, "clock": args.clock,
                     "cases": cases, "conc16": conc,
-                    "cpu_per_token_us": per_token, "load": [load0, load_average()],
+                    "cpu_per_token_us": per_token, "load": [load0, load_average()], "cpu": cpu_model(),
+                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "fake": {"prompt_delay_s": PROMPT_DELAY, "token_delay_s": TOKEN_DELAY}}
         finally:
             if bench is not None:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from types import FrameType
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +65,32 @@ class LoopWatch:
                 held_since = None
 
     def _where(self) -> str:
-        """The innermost frames of the loop's thread, in one line."""
-        frame = sys._current_frames().get(self._thread_id)
+        """The innermost frames of the loop's thread, in one line. When the loop's thread is in the loop itself
+        (no callback of ours running: it waited for the GIL, which a C call in another thread held), the other
+        threads that were busy then are named too, innermost frames first: one of them held it."""
+        frames = sys._current_frames()
+        frame = frames.get(self._thread_id)
         if frame is None:
             return "unknown"
-        frames = traceback.extract_stack(frame)[-3:]
-        return " < ".join(f"{f.name} ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})" for f in reversed(frames))
+        where = _line(frame)
+        if frame.f_code.co_name in _IN_THE_LOOP:
+            busy = [f"{t.name}: {_line(frames[t.ident])}" for t in threading.enumerate()
+                    if t.ident in frames and t.ident not in (self._thread_id, threading.get_ident())
+                    and not _idle(frames[t.ident])]
+            where += "; busy meanwhile: " + ("; ".join(busy) if busy else "no other thread")
+        return where
+
+
+# The loop's own frames: the loop thread was between callbacks (uvloop's loop is C, so this is its caller).
+_IN_THE_LOOP = frozenset({"_run_until_signal", "run_forever", "run_until_complete", "_run_once", "select"})
+# Where an idle worker thread waits (an executor's queue, a condition, an Event).
+_IDLE = frozenset({"_worker", "wait", "_wait_for_tstate_lock", "get"})
+
+
+def _idle(frame: FrameType) -> bool:
+    return frame.f_code.co_name in _IDLE
+
+
+def _line(frame: FrameType) -> str:
+    frames = traceback.extract_stack(frame)[-3:]
+    return " < ".join(f"{f.name} ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})" for f in reversed(frames))

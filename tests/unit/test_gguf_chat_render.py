@@ -121,3 +121,21 @@ async def test_small_chats_with_a_cheap_template_render_on_the_loop(client):
         await _chat(client, "same", messages)
     assert _POOL.inline_runs > runs and _POOL.inline_given_up == given_up
     assert [b["prompt"] for b in client.sent("completion")] == [chatml(m) for m in turns]
+
+
+async def test_a_huge_conversation_is_rendered_by_the_runner(client):
+    """Past a MiB of text the runner renders every time, even a shape rendered here before: a render's steps over
+    a message that long are C calls of milliseconds each that hold the GIL, several in a row, and they held the
+    event loop ~40-110 ms for a 33 MiB message (bench/results/hardening.md); the runner renders in its own
+    process."""
+    small = [{"role": "user", "content": "hi"}]
+    await _chat(client, "same", small)
+    await _chat(client, "same", small)  # the shape is known: rendered here
+    huge = [{"role": "user", "content": "word " * 250_000}]  # 1.25 MB
+    await _chat(client, "same", huge)
+    await _chat(client, "same", huge, "/v1/chat/completions")
+    assert [len(b["messages"][0]["content"]) for b in client.sent("apply-template")] == [2, 1_250_000, 1_250_000]
+    # the runner's prompt, sent whole; the runner refuses it as too long, and its truncation (token ids) follows
+    prompts = [b["prompt"] for b in client.sent("completion")]
+    assert [p if isinstance(p, str) else "ids" for p in prompts] == \
+        [chatml(small)] * 2 + [chatml(huge), "ids", chatml(huge), "ids"]
