@@ -5,6 +5,7 @@ nor `files`, an empty OpenAI embeddings `input`, a missing blob)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -117,6 +118,24 @@ async def test_a_chat_format_nested_past_the_limit_is_a_400_not_the_runners_5xx(
     # a deep but real schema goes through
     r = await client.post("/api/chat", data=head + nested(40) + "}", headers={"Content-Type": "application/json"})
     assert r.status == 200, await r.text()
+
+
+@pytest.mark.parametrize(("depth", "refused"), [(600, True), (250, False)])
+def test_a_big_bodys_depth_is_checked_across_its_windows(depth: int, refused: bool) -> None:
+    """A body past a few MiB is decoded in a thread, and its brackets counted a window at a time: nesting that
+    starts after the first windows is still found."""
+    from ollama_py.bigjson import joined
+    from ollama_py.server.bodies import decode_big_json
+
+    text = '{"model": "tiny", "prompt": "' + "word " * 1_000_000 + '", "format": ' + nested(depth) + "}"
+    raw = text.encode()
+    parts = [raw[k:k + 65536] for k in range(0, len(raw), 65536)]
+    assert joined(parts) == raw
+    if refused:
+        with pytest.raises(BadRequest, match="nested deeper than 256 levels"):
+            decode_big_json(joined(parts))
+    else:
+        assert decode_big_json(joined(parts)) == json.loads(raw)
 
 
 # -- the scans a body gets before decoding (on the event loop: an agent's request is 50 KB) ---------------------------
