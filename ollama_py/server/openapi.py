@@ -209,6 +209,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/", "Health check: `Ollama is running`", text="text/plain"),
     Operation("get", "/api/version", "Server version"),
     Operation("get", "/api/status", "Cloud status: always disabled here (no ollama.com features)"),
+    Operation("get", "/api/experimental/model-recommendations",
+              "Ollama's built-in model recommendations (its `launch` and app list them)"),
     Operation("post", "/api/experimental/web_search", "Web search (Ollama's, via ollama.com): 403, cloud disabled",
               "WebSearchRequest"),
     Operation("post", "/api/experimental/web_fetch", "Web fetch (Ollama's, via ollama.com): 403, cloud disabled",

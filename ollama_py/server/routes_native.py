@@ -91,6 +91,31 @@ def _config_disables_cloud(path: Path) -> bool:
     return isinstance(config, dict) and config.get("disable_ollama_cloud") is True
 
 
+# Ollama's built-in model recommendations (its server/model_recommendations.go), which an Ollama with its cloud
+# disabled serves as they are (otherwise it refreshes them from ollama.com): its CLI's `launch` and its app list them,
+# hiding the cloud ones once /api/status says the cloud is off.
+_GB = 1000**3
+RECOMMENDATIONS: list[dict[str, Any]] = [
+    {"model": "kimi-k2.6:cloud", "description": "State-of-the-art coding, long-horizon execution, and multimodal "
+     "agent swarm capability", "context_length": 262_144, "max_output_tokens": 262_144},
+    {"model": "glm-5.1:cloud", "description": "Reasoning and code generation", "context_length": 202_752,
+     "max_output_tokens": 131_072},
+    {"model": "qwen3.5:cloud", "description": "Reasoning, coding, and agentic tool use with vision",
+     "context_length": 262_144, "max_output_tokens": 32_768},
+    {"model": "minimax-m2.7:cloud", "description": "Fast, efficient coding and real-world productivity",
+     "context_length": 204_800, "max_output_tokens": 128_000},
+    {"model": "gemma4", "description": "Reasoning and code generation locally", "vram_bytes": 12 * _GB},
+    {"model": "qwen3.5", "description": "Reasoning, coding, and visual understanding locally", "vram_bytes": 14 * _GB},
+]
+
+
+@routes.get("/api/experimental/model-recommendations")
+async def model_recommendations(request: web.Request) -> web.Response:
+    """The models Ollama's `launch` and app offer first, as an Ollama with its cloud disabled answers (a 404 made
+    them fall back to their own copy, the same list)."""
+    return web.json_response({"recommendations": RECOMMENDATIONS})
+
+
 @routes.post("/api/experimental/web_search")
 async def web_search(request: web.Request) -> web.Response:
     """Ollama proxies this to ollama.com; with cloud features disabled it answers 403 (after refusing an empty

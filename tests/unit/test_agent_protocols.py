@@ -63,6 +63,23 @@ def test_no_cloud_is_read_as_ollama_reads_it():
     assert not Settings.from_env({}).no_cloud
 
 
+async def test_model_recommendations_are_ollamas_own(fake_app, aiohttp_client):
+    """Ollama's `launch` and app ask for the models to offer first; an Ollama with its cloud disabled answers its
+    built-in list (cloud models and all: the client hides those after /api/status), in this shape."""
+    _, app = fake_app()
+    client = await aiohttp_client(app)
+    resp = await client.get("/api/experimental/model-recommendations")
+    assert resp.status == 200
+    recs = (await resp.json())["recommendations"]
+    assert [r["model"] for r in recs] == ["kimi-k2.6:cloud", "glm-5.1:cloud", "qwen3.5:cloud", "minimax-m2.7:cloud",
+                                          "gemma4", "qwen3.5"]
+    assert all(r["description"] for r in recs)
+    # a cloud model carries its limits (Ollama's launcher skips one without them), a local one its memory need
+    assert all(r["context_length"] > 0 and r["max_output_tokens"] > 0 for r in recs if r["model"].endswith(":cloud"))
+    assert {r["model"]: r["vram_bytes"] for r in recs if "vram_bytes" in r} == {"gemma4": 12 * 10**9,
+                                                                                 "qwen3.5": 14 * 10**9}
+
+
 @pytest.mark.parametrize(("path", "body", "what"), [
     ("/api/experimental/web_search", {"query": "ollama"}, "web search"),
     ("/api/experimental/web_fetch", {"url": "https://ollama.com"}, "web fetch"),
