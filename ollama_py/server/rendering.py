@@ -185,16 +185,17 @@ def gguf_chat_template(model: Model, tools: bool) -> ChatTemplate | None:
     return chat
 
 
-# Characters of message text past which the runner renders: each step of a render here over a message this long is
+# Characters of one message past which the runner renders: each step of a render here over a message this long is
 # one C call of milliseconds (a concatenation of 33 MiB: ~12 ms) that holds the GIL, and a template makes several
 # in a row (three `+` and the join for ChatML; twice more for the first request's comparison), which held the
 # event loop ~40-110 ms. The runner renders in its own process; the request and its answer go through bigjson in
-# slices.
-_HUGE_CHARS = 1 << 20
+# slices. A long conversation of ordinary messages (an agent's) renders here whatever its length: its steps are
+# short, and only the final join is one call over it all.
+_HUGE_MESSAGE = 4 << 20
 
 
 def _huge(body: list[dict[str, Any]]) -> bool:
-    return sum(len(m["content"]) for m in body) > _HUGE_CHARS
+    return any(len(m["content"]) > _HUGE_MESSAGE for m in body)
 
 
 def _shape(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> tuple[Any, ...]:

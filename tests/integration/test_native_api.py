@@ -225,9 +225,9 @@ def test_use_mmap_false_loads_and_answers(live_server):
 
 
 def test_a_chat_message_of_megabytes_is_rendered_by_the_runner_and_cut(live_server):
-    """Past a MiB of text the runner's /apply-template renders the conversation (server/rendering.py: a render
-    here would hold the GIL for long C calls); its prompt is then cut to the context as any other."""
-    huge = "The quick brown fox jumps over the lazy dog. " * 50_000  # 2.2 MB
+    """A message past 4 MiB is rendered by the runner's /apply-template (server/rendering.py: a render here would
+    hold the GIL for long C calls); its prompt is then cut to the context as any other."""
+    huge = "The quick brown fox jumps over the lazy dog. " * 100_000  # 4.5 MB
     r = live_server.api("POST", "/api/chat", json={
         "model": live_server.model, "messages": [{"role": "user", "content": huge}], "stream": False,
         "options": {"num_ctx": 512, "num_predict": 4, "temperature": 0}})
