@@ -72,8 +72,8 @@ def test_a_hold_between_the_loops_callbacks_names_the_threads_that_were_busy() -
                 t.join()
     assert where.startswith("select (test_loop_watch.py:")
     _, _, others = where.partition("; busy meanwhile: ")
-    assert others.startswith("template_0: render_a_huge_message (test_loop_watch.py:")
-    assert "idle" not in others and "executor" not in others and "loop:" not in others
+    assert "template_0: render_a_huge_message (test_loop_watch.py:" in others  # (other tests' threads may be too)
+    assert "idle:" not in others and "executor" not in others and "loop:" not in others
 
 
 def test_a_hold_in_our_own_code_names_that_code_alone() -> None:
