@@ -35,7 +35,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     body = await read_json(request)
     n = count(body.get("messages"))
-    params = await per_item(n, ant.parse_messages, body)
+    params = await per_item(n, ant.parse_messages, body, request.content_length)
     name, raw_name = requested_model(body)
     ka = keep_alive(body)
     model = await find_model(request, name, raw_name)

@@ -97,7 +97,11 @@ async def test_claude_codes_first_request_is_answered(gateway):
     req = recorded("claude_code_first_request.json")
     r = await replay(client, req)
     assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
-    assert anthropic_answer(sse_events(await r.text())) == (HELLO, [], "end_turn")
+    events = sse_events(await r.text())
+    assert anthropic_answer(events) == (HELLO, [], "end_turn")
+    # message_start's estimate, before the prompt is evaluated: 4 characters a token of the request as it came
+    sent = len(json.dumps(req["body"]).encode())  # what the client's json= sent
+    assert events[0][1]["message"]["usage"]["input_tokens"] == sent // 4
     prompt = client.bodies()[-1]["prompt"]
     # its mid-conversation system message is rendered where it stands: after the first user message
     system_at = [m for m in req["body"]["messages"] if m["role"] == "system"][0]["content"][0]["text"]
