@@ -86,7 +86,7 @@ def _config_disables_cloud(path: Path) -> bool:
     try:
         with path.open("rb") as f:
             config = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(config, dict) and config.get("disable_ollama_cloud") is True
 

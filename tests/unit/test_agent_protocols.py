@@ -51,8 +51,9 @@ async def test_cloud_status_says_disabled(fake_app, aiohttp_client, tmp_path, mo
     assert await source() == ("both" if env else "config")
     config.write_text('{"disable_ollama_cloud": false}')
     assert await source() == ("env" if env else "none")
-    config.write_text("not json")  # unreadable: it says nothing, as Ollama reads it
-    assert await source() == ("env" if env else "none")
+    for unreadable in ("not json", "[" * 100_000):  # it says nothing, as Ollama reads it
+        config.write_text(unreadable)
+        assert await source() == ("env" if env else "none")
 
 
 def test_no_cloud_is_read_as_ollama_reads_it():
