@@ -98,11 +98,9 @@ async def error_middleware(request: web.Request, handler):
     except ServerBusy as e:
         log.warning("%s %s -> busy: %s", request.method, request.path, e)
         return busy_response(request, e)
-    except CloudDisabled as e:
-        if e.bare:
-            return web.json_response({"error": str(e)}, status=e.status)
-        return error_response(request, e.status, str(e))
     except OllamaError as e:
+        if isinstance(e, CloudDisabled) and e.bare:  # refused before any protocol's translation, as Ollama does
+            return web.json_response({"error": str(e)}, status=e.status)
         if e.status >= 500:
             log.warning("%s %s -> %d: %s", request.method, request.path, e.status, e)
         return error_response(request, e.status, str(e))
