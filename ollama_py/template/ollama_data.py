@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import io
 import json
+import pickle
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ollama_py import fastjson
 from ollama_py.errors import TemplateError
 from ollama_py.memo import Memo
 from ollama_py.template.gojson import marshal, marshal_ordered
@@ -277,9 +278,24 @@ def _properties(value: Any, where: str) -> GoNamed:
     return GoNamed(props, "template.templateProperties", "map", string=to_string, elem_zero=lambda: tool_property({}))
 
 
-# template_tool's answers by the tool's JSON (an agent sends the same tools each turn); made with the tool's index,
-# which only an error names
-_TOOLS: Memo[str, GoStruct] = Memo(lambda key: _template_tool(json.loads(key), 0), 1024)
+# template_tool's answers by the tool's value as pickle writes it (an agent sends the same tools each turn): a
+# faithful encoding of the decoded JSON, written ~5x faster than the tool's JSON was (~22 vs ~110 µs for Claude
+# Code's twelve tools, on every request of an agent). Without pickle's memo (`fast`), so that an equal tool gives
+# the same bytes however its strings are shared (marshal's bytes depend on reference counts). Never read back: an
+# answer is kept by template_tool, made with the tool's index, which only an error names.
+def _kept_only(key: bytes) -> GoStruct:
+    raise LookupError("template_tool keeps its own answers")
+
+
+_TOOLS: Memo[bytes, GoStruct] = Memo(_kept_only, 1024)
+
+
+def _value_key(value: Any) -> bytes:
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True  # (no memo: a shared object is written again; a tool from JSON has no cycles)
+    pickler.dump(value)
+    return out.getvalue()
 
 
 def template_tool(tool: Any, index: int = 0) -> GoStruct:
@@ -289,8 +305,8 @@ def template_tool(tool: Any, index: int = 0) -> GoStruct:
     if isinstance(tool, GoStruct):
         return tool
     try:
-        key = fastjson.dumps(tool)
-    except (TypeError, ValueError, RecursionError):  # not JSON: converted (and refused) as it is
+        key = _value_key(tool)
+    except Exception:  # not plain data (a pickling error of any kind): converted (and refused) as it is
         return _template_tool(tool, index)
     value = _TOOLS.known(key)
     return value if value is not None else _TOOLS.keep(key, _template_tool(tool, index))

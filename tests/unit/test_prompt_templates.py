@@ -8,6 +8,7 @@ inline below were derived by hand from Go's template semantics; see templates/SO
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -537,7 +538,7 @@ def test_template_uses_falls_back_to_text_for_unsupported_templates() -> None:
 
 
 def test_the_same_tool_is_one_value_its_json_written_once() -> None:
-    """An agent sends the same tools every turn: each is converted once (by its JSON) and its JSON written once;
+    """An agent sends the same tools every turn: each is converted once (by its value) and its JSON written once;
     what a template prints is as before, a changed tool is converted anew, a bad one still refused."""
     from ollama_py.template import ollama_data
 
@@ -547,6 +548,7 @@ def test_the_same_tool_is_one_value_its_json_written_once() -> None:
                                                             "properties": {"path": {"type": "string"}}}}}
     first = ollama_data.template_tool(tool)
     assert ollama_data.template_tool(dict(tool)) is first
+    assert ollama_data.template_tool(json.loads(json.dumps(tool))) is first  # the next request's equal tool
     text = render_prompt(printed, messages=[HELLO], tools=[tool], system=None, suffix=None, think=None)
     assert text == render_prompt(printed, messages=[HELLO], tools=[tool], system=None, suffix=None, think=None)
     assert '"description":"Edit \\u003ca\\u003e \\u0026 \\u003cb\\u003e"' in text  # Go's HTML-safe escapes
