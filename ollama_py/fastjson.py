@@ -34,14 +34,30 @@ if _encoder.c_make_encoder is not None:  # type: ignore[attr-defined]
     _encode = _encoder.c_make_encoder(None,  # type: ignore[attr-defined]
                                        _default, _encoder.encode_basestring, None, ":", ",", False, False, True)
 
+    _encode_ascii = _encoder.c_make_encoder(None,  # type: ignore[attr-defined]
+                                             _default, _encoder.encode_basestring_ascii, None, ":", ",", False,
+                                             False, True)
+
     def dumps(obj: Any) -> str:
         """Compact JSON, non-ASCII kept as is."""
         return "".join(_encode(obj, 0))
+
+    def dumps_ascii(obj: Any) -> bytes:
+        """Compact JSON with every non-ASCII character escaped (\\uXXXX), as bytes: what goes to a runner. An
+        agent's text holds a few arrows and emoji, and one of them makes Python keep the whole text four bytes a
+        character: its JSON with non-ASCII kept, then UTF-8, took 305 µs for a 50 KB prompt, escaped 96 (pure ASCII
+        text: 126 -> 78; CJK text: the same time, twice the bytes). llama-server's parser reads the escapes back
+        to the same text."""
+        return "".join(_encode_ascii(obj, 0)).encode("ascii")
 else:  # pragma: no cover - CPython always has the C encoder
     _PY = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    _PY_ASCII = json.JSONEncoder(separators=(",", ":"))
 
     def dumps(obj: Any) -> str:
         return _PY.encode(obj)
+
+    def dumps_ascii(obj: Any) -> bytes:
+        return _PY_ASCII.encode(obj).encode("ascii")
 
 
 json_string = _encoder.encode_basestring  # a str as a JSON string literal, non-ASCII kept (as dumps writes it)

@@ -34,3 +34,10 @@ def test_dumps_refuses_what_json_cannot_encode():
 def test_loads_refuses_what_is_not_one_json_value(text):
     with pytest.raises(ValueError):
         fastjson.loads(text)
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_dumps_ascii_is_compact_json_with_unicode_escaped(value):
+    out = fastjson.dumps_ascii(value)
+    assert out == json.dumps(value, separators=(",", ":")).encode()
+    assert out.isascii() and json.loads(out) == value

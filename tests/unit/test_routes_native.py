@@ -275,6 +275,19 @@ async def test_the_prompts_ids_for_context_are_asked_for_while_the_answer_stream
     assert whole["context"] == final["context"]
 
 
+async def test_a_prompt_with_emoji_and_cjk_reaches_the_runner_as_written(fake_app, aiohttp_client, tmp_path):
+    """The runner's request carries non-ASCII text escaped (\\uXXXX: fastjson.dumps_ascii, the quick encoding of an
+    agent's prompt); what the runner reads is the prompt as the client wrote it, emoji and all."""
+    log = tmp_path / "bodies.jsonl"
+    _, app = fake_app(fake_env={"FAKE_LOG_FILE": str(log)})
+    client = await aiohttp_client(app)
+    prompt = 'Réponds → "oui" 🐉 日本語\n\\ done'
+    resp = await client.post("/api/generate", json={"model": "tiny", "prompt": prompt, "raw": True, "stream": False})
+    assert resp.status == 200 and (await resp.json())["done"]
+    sent = [line for line in log.read_text().splitlines() if "n_predict" in line]
+    assert len(sent) == 1 and json.loads(sent[0])["prompt"] == prompt
+
+
 @pytest.mark.parametrize("path", ["/api/generate", "/api/chat"])
 async def test_a_streamed_reply_with_quotes_newlines_and_unicode_is_the_whole_reply(path, fake_app, aiohttp_client):
     """Tokens with nothing to escape are spliced into chunks as llama-server's bytes, the others re-encoded: the

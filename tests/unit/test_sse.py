@@ -71,6 +71,31 @@ async def read_diverting(port: int, after: int, *sinks: Any) -> list[dict]:
     return got
 
 
+def test_a_request_body_goes_out_as_ascii_json_of_the_same_text():
+    """Non-ASCII text in a runner request is escaped (fastjson.dumps_ascii, quicker for an agent's prompt): the
+    bytes on the wire are ASCII, their Content-Length is theirs, and they decode to the text sent."""
+    body = {"prompt": 'Réponds → "oui" 🐉 日本語\n\\ done', "n_predict": 1}
+    got: list[bytes] = []
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        got.append(await reader.readexactly(length))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + SSE)
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            assert [e async for e in stream_events("127.0.0.1", port, "/completion", body, read_timeout=5)] == EVENTS
+        finally:
+            server.close()
+
+    asyncio.run(main())
+    assert got[0].isascii() and json.loads(got[0]) == body
+
+
 def test_chunked_body_with_extensions():
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     assert asyncio.run(respond(head + chunked(SSE))) == EVENTS
