@@ -259,15 +259,16 @@ def _put_back(doc: Any, tag: str, values: list[Any]) -> Any:
 def dumps(obj: Any) -> str:
     """json.dumps(obj, ensure_ascii=False), with long strings and lists encoded in slices."""
     parts: list[str] = []
-    _encode(obj, parts)
+    _encode(obj, parts, True)
     return "".join(parts)
 
 
-def dumps_chunks(obj: Any, size: int = 1 << 20) -> list[bytes]:
+def dumps_chunks(obj: Any, size: int = 1 << 20, *, ascii_only: bool = False) -> list[bytes]:
     """dumps(obj) in UTF-8, as pieces of about `size` bytes (to write one at a time: joining 80 MB is itself a
-    long C call)."""
+    long C call). `ascii_only`: non-ASCII escaped, as fastjson.dumps_ascii writes a runner's request (quicker for a
+    text that one emoji makes Python hold at four bytes a character)."""
     parts: list[str] = []
-    _encode(obj, parts)
+    _encode(obj, parts, not ascii_only)
     chunks: list[bytes] = []
     batch: list[str] = []
     length = 0
@@ -285,23 +286,24 @@ def dumps_chunks(obj: Any, size: int = 1 << 20) -> list[bytes]:
 _SCALARS = (int, float, bool, type(None))
 
 
-def _encode(obj: Any, parts: list[str]) -> None:
+def _encode(obj: Any, parts: list[str], keep: bool) -> None:
+    """obj's JSON as pieces appended to `parts`; `keep`: non-ASCII kept as it is, else escaped."""
     if isinstance(obj, str):
         if len(obj) <= _SLICE:
-            parts.append(json.dumps(obj, ensure_ascii=False))
+            parts.append(json.dumps(obj, ensure_ascii=not keep))
             return
         parts.append('"')
         for k in range(0, len(obj), _SLICE):
-            parts.append(json.dumps(obj[k:k + _SLICE], ensure_ascii=False)[1:-1])
+            parts.append(json.dumps(obj[k:k + _SLICE], ensure_ascii=not keep)[1:-1])
         parts.append('"')
     elif isinstance(obj, dict):
         parts.append("{")
         for n, (k, v) in enumerate(obj.items()):
             if n:
                 parts.append(", ")
-            parts.append(json.dumps(k if isinstance(k, str) else json.dumps(k), ensure_ascii=False))
+            parts.append(json.dumps(k if isinstance(k, str) else json.dumps(k), ensure_ascii=not keep))
             parts.append(": ")
-            _encode(v, parts)
+            _encode(v, parts, keep)
         parts.append("}")
     elif isinstance(obj, (list, tuple)):
         parts.append("[")
@@ -316,8 +318,8 @@ def _encode(obj: Any, parts: list[str]) -> None:
                 parts.append(json.dumps(obj[n:j])[1:-1])
                 n = j
             else:
-                _encode(obj[n], parts)
+                _encode(obj[n], parts, keep)
                 n += 1
         parts.append("]")
     else:
-        parts.append(json.dumps(obj, ensure_ascii=False))
+        parts.append(json.dumps(obj, ensure_ascii=not keep))

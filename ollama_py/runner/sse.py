@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import json
 import re
 import time
@@ -430,7 +431,7 @@ async def post_stream(host: str, port: int, path: str, body: dict[str, Any], *,
     if _bulky(body):  # a long prompt or conversation: encoded in a thread, in slices (bigjson), so that the GIL
         # and with it the event loop is never held long (json.dumps: ~0.1 s per 30 MB of text, 1 s per 20M ids),
         # and written a piece at a time
-        chunks = await asyncio.to_thread(bigjson.dumps_chunks, body)
+        chunks = await asyncio.to_thread(functools.partial(bigjson.dumps_chunks, body, ascii_only=True))
         head = _request(host, port, path, None, headers, accept, keep_alive=False,
                         length=sum(len(c) for c in chunks))
         stream = await _connect(host, port, read_timeout, reply)

@@ -105,6 +105,8 @@ def test_bigjson_reads_and_writes_what_json_does(seed):
     assert bigjson.dumps(doc) == json.dumps(doc, ensure_ascii=False)
     clean = json.loads(json.dumps(doc).replace("\\ud800", ""))  # UTF-8 holds no lone surrogate
     assert b"".join(bigjson.dumps_chunks(clean)) == json.dumps(clean, ensure_ascii=False).encode()
+    escaped = b"".join(bigjson.dumps_chunks(clean, ascii_only=True))  # a runner's request
+    assert escaped == json.dumps(clean).encode() and escaped.isascii()
 
 
 @pytest.mark.parametrize("offset", range(0, 14))
