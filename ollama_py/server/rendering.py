@@ -48,8 +48,9 @@ _POOL = FairPool(workers=4, thread_name_prefix="template")
 
 
 # A request this small may be rendered on the loop (FairPool's inline form): its text and tools bound what a
-# template known to be cheap can spend on it, and the 3 ms limit bounds the rest.
-_INLINE_CHARS = 16 << 10
+# template known to be cheap can spend on it, and the 3 ms limit bounds the rest. 64K characters: a coding agent's
+# turns (Claude Code's and Codex's first requests carry 16-40K characters of instructions and tool results).
+_INLINE_CHARS = 64 << 10
 _INLINE_MESSAGES = 64
 _INLINE_TOOLS = 16
 _GO_INLINE_LIMITS = dataclasses.replace(GO_LIMITS, seconds=INLINE_CAP)

@@ -160,3 +160,22 @@ async def test_a_small_chat_with_an_ollama_template_renders_inline_once_the_temp
                                                tools=None, suffix=None, think=None) for i in range(3)]
     assert prompts == [f"[user] hi {i}\n" for i in range(3)]
     assert rendering._POOL.inline_runs > runs and rendering._POOL.inline_given_up == given_up
+
+
+async def test_an_agents_turn_with_an_ollama_template_renders_inline_once_the_template_is_known():
+    """A coding agent's turn (tens of KB of instructions, a dozen tools) takes the inline form too, as a short chat
+    does: two thread hops less before its runner request (issue 38)."""
+    from ollama_py.server import rendering
+
+    template = ("{{ range .Tools }}{{ .Function.Name }};{{ end }}"
+                "{{ range .Messages }}[{{ .Role }}] {{ .Content }}\n{{ end }}")
+    tools = [{"type": "function", "function": {"name": f"tool{i}", "description": "d" * 500,
+                                               "parameters": {"type": "object", "properties": {}}}} for i in range(12)]
+    messages = [{"role": "system", "content": "You are an agent. " * 1200}, {"role": "user", "content": "Fix the bug."}]
+    assert sum(len(m["content"]) for m in messages) > 16 << 10  # past what rendered inline before
+    await rendering.parse_off_loop(template)
+    await rendering.render_off_loop(template, messages=messages, tools=tools, suffix=None, think=None)  # measured
+    runs, given_up = rendering._POOL.inline_runs, rendering._POOL.inline_given_up
+    prompt = await rendering.render_off_loop(template, messages=messages, tools=tools, suffix=None, think=None)
+    assert prompt.startswith("tool0;tool1;") and prompt.endswith("[user] Fix the bug.\n")
+    assert rendering._POOL.inline_runs == runs + 1 and rendering._POOL.inline_given_up == given_up
