@@ -33,7 +33,8 @@ from typing import Any
 FAST = 0.05  # seconds: a key whose last job took less is cheap
 # seconds: a key whose last job took less may run its inline form on the caller's loop. 1 ms lets an agent's
 # turn (Claude Code's 50 KB request: a ~0.2-0.6 ms render) skip the two thread hops (0.23 ms of its first content
-# at GPU pace); a render in the threads holds the GIL, and so the loop, as long anyway.
+# at GPU pace); a render in the threads holds the GIL too, a switch interval (serve's 1 ms) at a time, so the
+# loop waits about as long either way.
 INLINE = 0.001
 INLINE_CAP = 0.003  # seconds: the time limit an inline form is given (past it, the job goes to the threads)
 _REMEMBERED = 4096  # keys whose last cost is kept (the oldest forgotten first)
