@@ -259,7 +259,7 @@ def _put_back(doc: Any, tag: str, values: list[Any]) -> Any:
 def dumps(obj: Any) -> str:
     """json.dumps(obj, ensure_ascii=False), with long strings and lists encoded in slices."""
     parts: list[str] = []
-    _encode(obj, parts, True)
+    _encode(obj, parts, keep=True)
     return "".join(parts)
 
 
@@ -268,7 +268,7 @@ def dumps_chunks(obj: Any, size: int = 1 << 20, *, ascii_only: bool = False) -> 
     long C call). `ascii_only`: non-ASCII escaped, as fastjson.dumps_ascii writes a runner's request (quicker for a
     text that one emoji makes Python hold at four bytes a character)."""
     parts: list[str] = []
-    _encode(obj, parts, not ascii_only)
+    _encode(obj, parts, keep=not ascii_only)
     chunks: list[bytes] = []
     batch: list[str] = []
     length = 0
