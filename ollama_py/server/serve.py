@@ -20,18 +20,20 @@ from ollama_py.config import Settings
 from ollama_py.server.app import create_app
 from ollama_py.server.appkeys import CONNECTIONS, SCHEDULER, SETTINGS
 from ollama_py.server.connections import GuardedSite, raise_open_file_limit
+from ollama_py.server.log_output import BackgroundStderrHandler
 from ollama_py.server.loop_watch import LoopWatch
 from ollama_py.store.lock import StoreLocked
 
 log = logging.getLogger(__name__)
 
 
-def configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if settings.debug else logging.INFO,
-        format="time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s",
-    )
+def configure_logging(settings: Settings) -> BackgroundStderrHandler:
+    """Log lines to stderr from a thread of their own (server/log_output.py): a stderr nobody reads stops no client."""
+    handler = BackgroundStderrHandler()
+    handler.setFormatter(logging.Formatter("time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"))
+    logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO, handlers=[handler])
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    return handler
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -56,7 +58,14 @@ SWITCH_INTERVAL = 0.001  # seconds (Python's default: 0.005)
 
 
 def run_server(settings: Settings) -> None:
-    configure_logging(settings)
+    handler = configure_logging(settings)
+    try:
+        _run_server(settings)
+    finally:
+        handler.flush()  # the lines logged so far come out before the error line (if any) Python prints on exit
+
+
+def _run_server(settings: Settings) -> None:
     raise_open_file_limit()  # before create_app: the connection cap's default is half of it
     app = create_app(settings)
 
