@@ -34,7 +34,7 @@ class BackgroundStderrHandler(logging.Handler):
 
     def __init__(self, stream: TextIO | None = None, *, max_bytes: int = MAX_BYTES) -> None:
         super().__init__()
-        self._stream = stream if stream is not None else sys.stderr
+        self._stream = stream if stream is not None else sys.stderr  # None: serve was started with stderr closed
         self._max_bytes = max_bytes
         self._lines: list[str] = []
         self._size = 0  # characters in _lines
@@ -42,7 +42,7 @@ class BackgroundStderrHandler(logging.Handler):
         self._writing = False  # the writer holds a batch it has not finished writing
         self._batches = 0  # batches written so far
         self._gave_up_at: int | None = None  # _batches when a flush last timed out
-        self._closed = False
+        self._closed = self._stream is None  # then lines have nowhere to go
         self._hurry = False  # a drain() waits: no pause between batches
         self._idle = False  # the writer waits for a line (else it is writing, or pausing between batches)
         self._cond = threading.Condition(threading.Lock())
@@ -140,7 +140,7 @@ class BackgroundStderrHandler(logging.Handler):
             try:
                 self._stream.write(text)
                 self._stream.flush()
-            except (OSError, ValueError):
+            except Exception:  # noqa: BLE001 - the writer thread must outlive any stream's failure
                 pass
             return
         encoding = getattr(self._stream, "encoding", None) or "utf-8"

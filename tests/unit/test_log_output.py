@@ -202,3 +202,12 @@ def test_serve_stops_while_nobody_reads_its_stderr(tmp_path: Path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         os.close(r)
+
+
+def test_serve_started_with_stderr_closed_logs_nowhere_and_never_waits(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(sys, "stderr", None)  # what Python sets when fd 2 is closed at start (`2>&-`)
+    handler = BackgroundStderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.emit(_record("lost"))
+    assert handler.drain(0.5)
+    handler.close()
