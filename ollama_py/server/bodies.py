@@ -11,13 +11,13 @@ import re
 import sys
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from ollama_py import bigjson
 from ollama_py.api.names import CLOUD, ModelName, parse_name, parse_ref, stored_ref
 from ollama_py.config import parse_duration
 from ollama_py.errors import REMOTE_INFERENCE, BadRequest, CloudDisabled
-from ollama_py.server import offload
+from ollama_py.server import body_coding, offload
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.appkeys import SETTINGS
 
@@ -114,8 +114,14 @@ _IDS_OFF_LOOP = 100_000
 
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
     """The body as a JSON object. JSON that Go's decoder refuses is refused too: NaN/Infinity literals, numbers
-    past float64's range, and nesting deep enough to exhaust the parser. A large body is decoded off the loop."""
-    if (request.content_length or 0) > _DECODE_OFF_LOOP:
+    past float64's range, and nesting deep enough to exhaust the parser. A large body is decoded off the loop; a
+    compressed one (Content-Encoding) is decompressed off the loop, within the body limit (server/body_coding.py)."""
+    coding = request.headers.get(hdrs.CONTENT_ENCODING)
+    if coding and (applied := body_coding.codings(coding)):
+        raw = await _decompressed(request, applied)
+        if len(raw) > _DECODE_OFF_LOOP:
+            return await asyncio.to_thread(decode_big_json, raw)
+    elif (request.content_length or 0) > _DECODE_OFF_LOOP:
         parts = await _read_parts(request)
         # A big body means big work before the answer starts (decoding, checks, a render of thousands of tools):
         # the cycle collector waits until then, or to the end for lists of millions of items (offload.py)
@@ -127,7 +133,8 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
         if stats.attached and offload.holds_bulky(body):
             stats.gc_paused_for(until_done=True)
         return body
-    raw = await request.read()
+    else:
+        raw = await request.read()
     if not raw.strip():
         if allow_empty:
             return {}
@@ -152,7 +159,19 @@ async def _read_parts(request: web.Request) -> list[bytes]:
     return parts
 
 
+async def _decompressed(request: web.Request, applied: list[str]) -> bytes:
+    """A compressed body, read (its compressed size within the limit) and decoded in a thread, its decoded size
+    within the limit too: a 413 as soon as it passes it, however far the data would go on expanding."""
+    limit = request.app[SETTINGS].max_body_bytes if SETTINGS in request.app else 0
+    parts = await _read_parts(request)
 
+    def decode() -> bytes:
+        try:
+            return body_coding.decode(bigjson.joined(parts), applied, limit)
+        except body_coding.BodyTooLarge as e:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=e.size) from None
+
+    return await asyncio.to_thread(decode)
 
 
 def decode_big_json(raw: bytes | bytearray) -> dict[str, Any]:

@@ -24,10 +24,12 @@ from ollama_py.server.appkeys import SETTINGS
 
 log = logging.getLogger(__name__)
 
-_OPENAI_TYPES = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error"}
+_OPENAI_TYPES = {400: "invalid_request_error", 404: "not_found_error", 415: "invalid_request_error",
+                 429: "rate_limit_error"}
 _OPENAI_CODES = {429: "rate_limit_exceeded"}
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    404: "not_found_error", 413: "request_too_large", 415: "invalid_request_error",
+                    429: "rate_limit_error",
                     503: "overloaded_error", 529: "overloaded_error"}
 
 RETRY_AFTER_S = 1  # a queue frees a place as soon as one request ends: ask for a prompt retry

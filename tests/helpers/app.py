@@ -5,6 +5,7 @@ scheduler whose runners are the fake llama-server started with the real argv.
     create_tiny_model(settings, gguf, name)     a model created from a GGUF file, as /api/create would
     fake_runner_factory(settings, fake_env)     a Scheduler runner factory that starts the fake llama-server
     fake_scheduler(settings, fake_env)          a Scheduler over that factory (every plan fits)
+    as_serve()                                  aiohttp_server's keywords for serve's way of taking requests
 
 The `fake_app` fixture (tests/conftest.py) puts them together with create_app.
 """
@@ -40,6 +41,14 @@ def fake_scheduler(settings: Any, fake_env: dict[str, str] | None = None):
 
     return Scheduler(settings, plan=lambda m, o, e: plan_load(settings, [], 1 << 40, m, o, e),
                      runner_factory=fake_runner_factory(settings, fake_env))
+
+
+def as_serve() -> dict[str, Any]:
+    """serve's aiohttp settings (server/serve.py PROTOCOL) as aiohttp_server(app, **as_serve()) takes them: its
+    test server cancels a hung-up client's handler already (and aiohttp_client's server_kwargs are not used)."""
+    from ollama_py.server.serve import PROTOCOL
+
+    return {k: v for k, v in PROTOCOL.items() if k != "handler_cancellation"}
 
 
 def make_settings(tmp: Path, **overrides: Any):

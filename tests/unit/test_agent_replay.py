@@ -4,14 +4,22 @@ round trip on each protocol completes, streamed (issue 37)."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ollama_py import OLLAMA_API_VERSION
-from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
+from tests.helpers.app import as_serve, create_tiny_model, fake_scheduler, make_settings
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 AGENTS = Path(__file__).parent.parent / "data" / "agents"
 # Messages in order, past calls as <tool_call> JSON, and the tools listed: the model can call tools.
@@ -33,7 +41,7 @@ def tool_call(name: str, arguments: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
+def gateway(tmp_path: Path, tiny_gguf: Path, aiohttp_server, aiohttp_client):
     """start(reply): the gateway with the model `smollm2` (the name the recordings use) saying `reply`, or ANSWER
     once SECRET is in its prompt. client.prompts(): the prompts the runner got; client.bodies(): its requests."""
     from ollama_py.server.app import create_app
@@ -43,7 +51,8 @@ def gateway(tmp_path: Path, tiny_gguf: Path, aiohttp_client):
         create_tiny_model(settings, tiny_gguf, "smollm2", template=TEMPLATE)
         log = tmp_path / "runner.jsonl"
         env = {"FAKE_REPLY": reply, "FAKE_REPLY_WHEN": json.dumps([[SECRET, ANSWER]]), "FAKE_LOG_FILE": str(log)}
-        client = await aiohttp_client(create_app(settings, scheduler=fake_scheduler(settings, env)))
+        app = create_app(settings, scheduler=fake_scheduler(settings, env))
+        client = await aiohttp_client(await aiohttp_server(app, **as_serve()))
         client.bodies = lambda: [b for line in log.read_text().splitlines()  # type: ignore[attr-defined]
                                  if "prompt" in (b := json.loads(line))]
         return client
@@ -127,6 +136,37 @@ async def test_codexs_first_request_is_answered(gateway):
     assert response["tools"] == req["body"]["tools"]  # its own declarations, echoed
     tools = client.bodies()[-1]["prompt"].split("<tools>")[1]
     assert "multi_agent_v1.spawn_agent " in tools and "exec_command " in tools and "web_search" not in tools
+
+
+@pytest.mark.parametrize("coding", ["zstd", "gzip", "deflate"])
+async def test_codexs_request_compressed_as_codex_sends_it_is_answered_as_the_plain_one(gateway, coding: str):
+    """Codex CLI zstd-compresses its /v1/responses bodies on its ChatGPT-login path (level 3): the same answer,
+    the same prompt at the runner. (Before: aiohttp decoded gzip inline on the loop, unbounded, and zstd not at
+    all -- a 500.)"""
+    client = await gateway(tool_call("exec_command", {"cmd": "cat note.txt"}))
+    req = recorded("codex_function_call_output_request.json")
+    plain = json.dumps(req["body"]).encode()
+    packed = {"zstd": lambda b: zstd.compress(b, 3), "gzip": gzip.compress, "deflate": zlib.compress}[coding](plain)
+    headers = {k: v for k, v in req["headers"].items() if k.lower() not in _NOT_REPLAYED}
+    r = await client.post(req["path"], data=packed, headers={**headers, "Content-Type": "application/json",
+                                                              "Content-Encoding": coding})
+    assert r.status == 200, await r.text()
+    response = responses_answer(sse_events(await r.text()))
+    assert [(o["type"], o["content"][0]["text"]) for o in response["output"]] == [("message", ANSWER)]
+    compressed_prompt = client.bodies()[-1]["prompt"]
+    assert (await replay(client, req)).status == 200
+    assert client.bodies()[-1]["prompt"] == compressed_prompt
+
+
+async def test_a_body_in_a_coding_serve_cannot_decode_is_refused_in_the_clients_protocol(gateway):
+    client = await gateway()
+    req = recorded("codex_first_request.json")
+    r = await client.post(req["path"], data=b"\x0b\x01\x80" + json.dumps(req["body"]).encode(),
+                          headers={"Content-Type": "application/json", "Content-Encoding": "br"})
+    assert r.status == 415
+    assert await r.json() == {"error": {
+        "message": "unsupported Content-Encoding 'br': send the body as plain JSON, or encoded with gzip, deflate, "
+                   "zstd", "type": "invalid_request_error", "param": None, "code": None}}
 
 
 async def test_codex_oss_starts_and_is_answered(gateway):

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import random
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from aiohttp import web
 from ollama_py import bigjson
 from ollama_py.config import Settings
 from ollama_py.server.app import create_app
+from ollama_py.server.serve import PROTOCOL
 from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 from tests.helpers.loop import loop_watch
@@ -33,7 +35,7 @@ async def served(tmp_path: Path):
     """The gateway on a real port over the fake runner, with `tiny` (no vision) and a 64 MiB body limit."""
     settings = make_settings(tmp_path)
     create_tiny_model(settings, write_tiny_gguf(tmp_path / "tiny.gguf", ctx=1 << 23))
-    runner = web.AppRunner(create_app(settings, scheduler=fake_scheduler(settings)))
+    runner = web.AppRunner(create_app(settings, scheduler=fake_scheduler(settings)), **PROTOCOL)  # as serve
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -41,11 +43,11 @@ async def served(tmp_path: Path):
     await runner.cleanup()
 
 
-async def _post(url: str, body: bytes) -> tuple[int, Any, float]:
+async def _post(url: str, body: bytes, coding: str = "") -> tuple[int, Any, float]:
     """POST from another thread while the loop is watched: (status, JSON answer, the loop's largest gap)."""
+    headers = {"Content-Type": "application/json", **({"Content-Encoding": coding} if coding else {})}
     async with loop_watch() as gaps:
-        r = await asyncio.to_thread(requests.post, url, data=body, headers={"Content-Type": "application/json"},
-                                    timeout=300)
+        r = await asyncio.to_thread(requests.post, url, data=body, headers=headers, timeout=300)
     return r.status_code, r.json(), gaps[0]
 
 
@@ -85,6 +87,20 @@ async def test_a_body_past_the_limit_is_a_413_naming_it(tmp_path: Path, aiohttp_
                           headers={"Content-Type": "application/json"})
     assert r.status == 413
     assert (await r.json())["error"] == "request body too large: the limit is 1048576 bytes (OLLAMA_PY_MAX_BODY)"
+
+
+def _gzip_bomb(size: int, head: bytes = b'{"model": "tiny", "prompt": "', fill: bytes = b"a") -> bytes:
+    """A JSON body of `size` bytes, gzipped a MiB at a time: ~1,000 to 1. (One past the limit: test_body_coding.)"""
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = (fill * (1 << 20))[:1 << 20]
+    return c.compress(head) + b"".join(c.compress(block) for _ in range(size >> 20)) + c.compress(b'"}') + c.flush()
+
+
+async def test_a_big_compressed_body_within_the_limit_is_read_whole_without_stalling_the_loop(served):
+    body = _gzip_bomb(48 << 20, b'{"model": "nope", "prompt": "', b"w ")  # 48 MiB of "w w w ..."
+    status, answer, gap = await _post(served + "/api/generate", body, "gzip")
+    assert status == 404 and answer["error"] == "model 'nope' not found"  # decoded and parsed whole, then looked up
+    assert gap < STALL
 
 
 def test_the_limit_is_a_setting():
