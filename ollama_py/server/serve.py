@@ -56,8 +56,11 @@ def console_url(settings: Settings) -> str:
 
 # How serve's aiohttp takes requests (tests that run the app as serve does pass the same): a handler is cancelled
 # when its client hangs up; a compressed body reaches the handler as sent, to be decoded off the loop and within
-# the body limit (server/body_coding.py), not by aiohttp inline, whose bound did not hold.
-PROTOCOL: dict[str, Any] = {"handler_cancellation": True, "auto_decompress": False}
+# the body limit (server/body_coding.py), not by aiohttp inline, whose bound did not hold; a request line or header
+# may be 64 KiB, not aiohttp's 8 KiB: a browser on localhost sends every localhost cookie to the console and the
+# API (Go's server, Ollama's, takes 1 MB of headers; a dozen apps' cookies passed 8 KiB, a plain-text 400).
+PROTOCOL: dict[str, Any] = {"handler_cancellation": True, "auto_decompress": False,
+                            "max_line_size": 64 << 10, "max_field_size": 64 << 10}
 
 SWITCH_INTERVAL = 0.001  # seconds (Python's default: 0.005)
 
