@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import gc
 import logging
 import socket
@@ -84,19 +85,28 @@ def _run_server(settings: Settings) -> None:
             sched.kill_all()
 
     atexit.register(last_resort)
-    host = settings.host.host
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    host, port = settings.host.host, settings.host.port
     try:
-        sock.bind((host, settings.host.port))
+        socks = [_bound(host, port)]
     except OSError as e:
         reason = (e.strerror or str(e)).lower()
-        raise SystemExit(f"Error: listen tcp {host}:{settings.host.port}: bind: {reason}") from None
-    log.info("Listening on %s:%d (version %s)", host, settings.host.port, __version__)
+        raise SystemExit(f"Error: listen tcp {host}:{port}: bind: {reason}") from None
+    if host in ("127.0.0.1", "localhost"):
+        # IPv6's loopback too: clients that resolve "localhost" to ::1 first (Node 17+ without happy eyeballs,
+        # Go, some resolvers) got "ECONNREFUSED ::1:11434" from Ollama, which listens on 127.0.0.1 alone.
+        try:
+            socks.append(_bound("::1", port))
+        except OSError as e:  # no IPv6 here, or someone else's: say so, and serve 127.0.0.1
+            log.log(logging.DEBUG if e.errno in _NO_IPV6 else logging.WARNING,
+                    "not also listening on [::1]:%d: %s", port, (e.strerror or str(e)).lower())
+    where = " and ".join(_address(sock) for sock in socks)
+    log.info("Listening on %s (version %s)", where, __version__)
     log.info("models: %s; runners: %s", settings.models, settings.runners_dir)
-    if not settings.noui:
-        print(f"Web console: {console_url(settings)}", flush=True)
+    if not settings.noui and sys.stdout is not None:  # (None: started with stdout closed)
+        # one write: with PYTHONUNBUFFERED, print's text and its newline are two, and the log thread's lines could
+        # land between them in a file both streams share
+        sys.stdout.write(f"Web console: {console_url(settings)}\n")
+        sys.stdout.flush()
     loop = new_event_loop()
     timeslice.relay_slices()
     # A thread doing Python work (a template, a long request's checks) gives the GIL back to the loop every
@@ -109,12 +119,35 @@ def _run_server(settings: Settings) -> None:
     # Blocking work (hashing a blob, reading a GGUF) runs in threads that have no business with short slices.
     loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="ollama-py", initializer=timeslice.default_slice))
     try:
-        _run_until_signal(loop, _serve(app, sock))
+        _run_until_signal(loop, _serve(app, socks))
     except StoreLocked as e:  # another serve holds OLLAMA_MODELS (store/lock.py): one line, no traceback
         raise SystemExit(f"Error: {e}") from None
 
 
-async def _serve(app: web.Application, sock: socket.socket) -> None:
+_NO_IPV6 = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (listening comes with the site)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _serve(app: web.Application, socks: list[socket.socket]) -> None:
     """web.run_app's work with our site: the connection guard stands in front of aiohttp's protocol."""
     runner = web.AppRunner(app, handle_signals=True, access_log=None, shutdown_timeout=5.0,
                            keepalive_timeout=75.0, **PROTOCOL)
@@ -125,7 +158,8 @@ async def _serve(app: web.Application, sock: socket.socket) -> None:
         watch = LoopWatch(asyncio.get_running_loop(), settings.loop_warn_ms / 1000)
         watch.start()
     try:
-        await GuardedSite(runner, sock, app[CONNECTIONS]).start()
+        for sock in socks:
+            await GuardedSite(runner, sock, app[CONNECTIONS]).start()
         await asyncio.Event().wait()  # until SIGTERM/SIGINT raise GracefulExit (handle_signals)
     finally:
         if watch is not None:

@@ -1,6 +1,7 @@
 """`ollama-py serve` as a subprocess, and what tests do to it over HTTP.
 
-    start_serve(tmp, extra_env) -> (proc, url, env)   serve with its store under `tmp` (runners from the
+    start_serve(tmp, extra_env, host=, port=) -> (proc, url, env)
+                                                       serve with its store under `tmp` (runners from the
                                                        Makefile's OLLAMA_PY_TEST_RUNNERS_DIR), once it answers
     stop_serve(proc)                                   SIGTERM, then SIGKILL of its group after 20 s
     upload_blob(url, path) -> digest                   a file as a blob, through our HTTP client
@@ -61,10 +62,12 @@ def upload_blob(url: str, path: Path) -> str:
     return digest
 
 
-def start_serve(tmp: Path, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, dict[str, str]]:
-    port = free_port()
+def start_serve(tmp: Path, extra_env: dict[str, str] | None = None, *, host: str = "127.0.0.1",
+                port: int | None = None) -> tuple[subprocess.Popen, str, dict[str, str]]:
+    port = port or free_port()
+    where = f"[{host}]" if ":" in host else host
     runners = os.environ.get("OLLAMA_PY_TEST_RUNNERS_DIR") or str(ROOT / "runners")
-    env = {**os.environ, "OLLAMA_HOST": f"127.0.0.1:{port}", "OLLAMA_MODELS": str(tmp / "models"),
+    env = {**os.environ, "OLLAMA_HOST": f"{where}:{port}", "OLLAMA_MODELS": str(tmp / "models"),
            "OLLAMA_PY_DATA_DIR": str(tmp / "data"), "OLLAMA_RUNNERS_DIR": runners,
            # Tests that compare two answers take each from a freshly loaded, empty runner (a prefix evaluated from a
            # cache is batched differently and can tip a near tie); the prompt cache kept across unloads would fill
@@ -73,7 +76,7 @@ def start_serve(tmp: Path, extra_env: dict[str, str] | None = None) -> tuple[sub
     log = open(tmp / "serve.log", "ab")  # noqa: SIM115 - the child's stdout for as long as it runs
     proc = subprocess.Popen([sys.executable, "-m", "ollama_py", "serve"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{where}:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
