@@ -32,7 +32,7 @@ def configure_logging(settings: Settings) -> BackgroundStderrHandler:
     """Log lines to stderr from a thread of their own (server/log_output.py): a stderr nobody reads stops no client."""
     handler = BackgroundStderrHandler()
     handler.setFormatter(logging.Formatter("time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"))
-    logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO, handlers=[handler])
+    logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO, handlers=[handler], force=True)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     return handler
 
