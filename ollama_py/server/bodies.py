@@ -117,24 +117,16 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
     past float64's range, and nesting deep enough to exhaust the parser. A large body is decoded off the loop; a
     compressed one (Content-Encoding) is decompressed off the loop, within the body limit (server/body_coding.py)."""
     coding = request.headers.get(hdrs.CONTENT_ENCODING)
+    length = request.content_length
     if coding and (applied := body_coding.codings(coding)):
         raw = await _decompressed(request, applied)
-        if len(raw) > _DECODE_OFF_LOOP:
-            return await asyncio.to_thread(decode_big_json, raw)
-    elif (request.content_length or 0) > _DECODE_OFF_LOOP:
+    elif length is not None and length <= _DECODE_OFF_LOOP:
+        raw = await request.read()  # the usual body: small, its length given
+    else:  # large, or of a length not given (sent chunked): read in the pieces it comes in
         parts = await _read_parts(request)
-        # A big body means big work before the answer starts (decoding, checks, a render of thousands of tools):
-        # the cycle collector waits until then, or to the end for lists of millions of items (offload.py)
-        stats = current_stats()
-        if stats.attached:  # a request's own record, which resumes the collector when the request ends
-            offload.pause_gc()
-            stats.gc_paused_for(until_done=False)
-        body = await asyncio.to_thread(lambda: decode_big_json(bigjson.joined(parts)))
-        if stats.attached and offload.holds_bulky(body):
-            stats.gc_paused_for(until_done=True)
-        return body
-    else:
-        raw = await request.read()
+        if sum(map(len, parts)) > _DECODE_OFF_LOOP:
+            return await _decode_big(parts)
+        raw = b"".join(parts)
     if not raw.strip():
         if allow_empty:
             return {}
@@ -142,6 +134,20 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
     if len(raw) > _DECODE_OFF_LOOP:
         return await asyncio.to_thread(decode_big_json, raw)
     return decode_json(raw)
+
+
+async def _decode_big(parts: list[bytes]) -> dict[str, Any]:
+    """A big body, joined and decoded in a thread. A big body means big work before the answer starts (decoding,
+    checks, a render of thousands of tools): the cycle collector waits until then, or to the end for lists of
+    millions of items (offload.py)."""
+    stats = current_stats()
+    if stats.attached:  # a request's own record, which resumes the collector when the request ends
+        offload.pause_gc()
+        stats.gc_paused_for(until_done=False)
+    body = await asyncio.to_thread(lambda: decode_big_json(bigjson.joined(parts)))
+    if stats.attached and offload.holds_bulky(body):
+        stats.gc_paused_for(until_done=True)
+    return body
 
 
 async def _read_parts(request: web.Request) -> list[bytes]:
