@@ -41,7 +41,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
         routes_transfer,
     )
     from ollama_py.server.metrics import Metrics, metrics_routes
-    from ollama_py.store.lock import StoreLock
+    from ollama_py.store.lock import StoreLock, StoreReadOnly
     from ollama_py.store.models import ModelStore
 
     guard = ConnectionGuard(settings.max_connections or default_max_connections(open_file_limit()),
@@ -79,7 +79,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         store = app[appkeys.STORE]
-        if not settings.noprune:
+        if not settings.noprune and not store.read_only:
             removed = await asyncio.to_thread(store.prune)
             if removed:
                 log.info("pruned %d unused blobs and partial files", len(removed))
@@ -106,7 +106,12 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
     async def hold_store(app: web.Application) -> AsyncIterator[None]:
         # One serve per store (store/lock.py), taken before the prune below and kept until the runners stop.
         lock = StoreLock(settings.models)
-        await asyncio.to_thread(lock.acquire)
+        try:
+            await asyncio.to_thread(lock.acquire)
+        except StoreReadOnly as e:  # what is there runs; nothing is written, so there is nothing to lock or prune
+            app[appkeys.STORE].read_only = True
+            log.warning("the model store is read-only (%s): its models can be listed, shown and run; pull, create, "
+                        "copy and delete will fail", e)
         try:
             yield
         finally:

@@ -48,7 +48,7 @@ def prune_once(store: ModelStore, *, grace: float = GRACE_SECONDS) -> list[str]:
 async def prune_while_serving(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: prune_once every settings.prune_interval until serve stops (nothing with OLLAMA_NOPRUNE)."""
     task = None
-    if not app[SETTINGS].noprune:
+    if not app[SETTINGS].noprune and not app[STORE].read_only:
         task = asyncio.create_task(_every(app[STORE], app[SETTINGS].prune_interval), name="blob-pruner")
     try:
         yield

@@ -15,7 +15,7 @@ from ollama_py.api.names import LOCAL, ModelName, parse_ref
 from ollama_py.api.options import validate_options
 from ollama_py.api.wire import Message, Tool
 from ollama_py.config import Settings
-from ollama_py.errors import REMOTE_INFERENCE, BadRequest, CloudDisabled, ModelNotFound
+from ollama_py.errors import REMOTE_INFERENCE, BadRequest, CloudDisabled, ModelNotFound, OllamaError
 from ollama_py.scheduler.factory import weights_shape
 from ollama_py.server.access_log import current_stats
 from ollama_py.server.appkeys import CONFIG, SETTINGS, STORE
@@ -27,6 +27,19 @@ if TYPE_CHECKING:
     from ollama_py.store.models import Model, ModelStore
 
 log = logging.getLogger(__name__)
+
+
+READ_ONLY_STORE = ("the model store is read-only: its models can be run, but none can be pulled, created, copied "
+                   "or deleted (set OLLAMA_MODELS to a directory serve can write)")
+
+
+def store_to_write(request: web.Request) -> ModelStore:
+    """The store, for a route that writes it. One serve found unwritable at its start (store/lock.py) is refused at
+    once, before any work, with what can still be done (a 500, as Ollama answers a failed write)."""
+    store = request.app[STORE]
+    if store.read_only:
+        raise OllamaError(READ_ONLY_STORE)
+    return store
 
 
 async def find_model(request: web.Request, name: ModelName, raw: str, *,

@@ -25,7 +25,7 @@ from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
 from ollama_py.server.appkeys import CONFIG, METRICS, SCHEDULER, SETTINGS, STORE
 from ollama_py.server.blob_prune import holds_blobs
 from ollama_py.server.bodies import field, model_name, read_json, requested_model, stored_model
-from ollama_py.server.model_lookup import find_model
+from ollama_py.server.model_lookup import find_model, store_to_write
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.server.transfers import CREATES, receive_blob
 from ollama_py.store.gguf_meta import model_info
@@ -153,6 +153,7 @@ async def show(request: web.Request) -> web.Response:
 
 @routes.post("/api/copy")
 async def copy(request: web.Request) -> web.Response:
+    store = store_to_write(request)
     body = await read_json(request)
     src_raw, dst_raw = body.get("source"), body.get("destination")
     try:
@@ -168,7 +169,7 @@ async def copy(request: web.Request) -> web.Response:
     if dst is None:
         raise BadRequest(f'destination "{dst_raw or ""}" is invalid')
     try:
-        await asyncio.to_thread(request.app[STORE].copy, src, dst)
+        await asyncio.to_thread(store.copy, src, dst)
     except ModelNotFound:
         raise ModelNotFound(str(src_raw), f'model "{src_raw}" not found') from None
     return web.Response(status=200)
@@ -176,10 +177,11 @@ async def copy(request: web.Request) -> web.Response:
 
 @routes.delete("/api/delete")
 async def delete(request: web.Request) -> web.Response:
+    store = store_to_write(request)
     body = await read_json(request)
     name, raw = stored_model(body)
     model = await find_model(request, name, raw, remote=None)
-    store, scheduler = request.app[STORE], request.app.get(SCHEDULER)
+    scheduler = request.app.get(SCHEDULER)
     weights = model.manifest.layers_of(MEDIA_MODEL)
     # Ollama leaves a deleted model's runner to its keep-alive. We let it go once it is idle (not waiting for
     # that: a stream in progress finishes), but only when no other name uses the same weights: deleting a copy
@@ -211,7 +213,7 @@ async def blob_exists(request: web.Request) -> web.Response:
 @holds_blobs
 async def blob_upload(request: web.Request) -> web.Response:
     digest = _digest(request)
-    store = request.app[STORE]
+    store = store_to_write(request)
     if await asyncio.to_thread(store.blobs.exists, digest):
         await request.release()
         return web.Response(status=200)
@@ -225,9 +227,9 @@ async def create(request: web.Request) -> web.StreamResponse:
     from ollama_py.store.convert import find_converter
     from ollama_py.store.create import create_model
 
+    store = store_to_write(request)
     body = await read_json(request)
     name = model_name(body)
-    store = request.app[STORE]
     quantizer = _quantize_binary(request)
     settings = request.app[SETTINGS]
     # `from` paths on the server only inside the operator's OLLAMA_PY_IMPORT_DIRS, whoever asks (a loopback peer

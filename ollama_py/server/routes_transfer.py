@@ -26,6 +26,7 @@ from ollama_py.errors import ModelNotFound, OllamaError
 from ollama_py.server.appkeys import SETTINGS, STORE
 from ollama_py.server.blob_prune import holds_blobs
 from ollama_py.server.bodies import field, model_name, read_json, stored_model
+from ollama_py.server.model_lookup import store_to_write
 from ollama_py.server.routes_models import cancellable_in_thread
 from ollama_py.server.streaming import collect, ndjson
 from ollama_py.server.transfers import TRANSFERS
@@ -76,8 +77,8 @@ async def _transfer(request: web.Request, pulling: bool = False) -> tuple[dict[s
 @routes.post("/api/pull")
 @holds_blobs
 async def pull(request: web.Request) -> web.StreamResponse:
+    store, noprune = store_to_write(request), request.app[SETTINGS].noprune
     body, name, options = await _transfer(request, pulling=True)
-    store, noprune = request.app[STORE], request.app[SETTINGS].noprune
     log.info("pulling %s", name)
     return await _respond(request, body, lambda cancel: pull_model(store, name, options=options, noprune=noprune,
                                                                     cancel=cancel))

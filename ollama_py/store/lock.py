@@ -5,11 +5,15 @@ OLLAMA_MODELS would take the first one's in-flight upload and the blob it had ju
 whose manifest is not written yet. So serve holds an exclusive fcntl.flock on `<models>/.ollama-py.lock` for
 its whole life, and a second one is refused with StoreLocked naming the store and the holder's pid. The kernel
 drops the lock when the holder exits, however it exits: a stale lock file never blocks anyone.
+
+A store this process can read but not write (a read-only mount, Ollama's system store owned by its own user)
+raises StoreReadOnly instead: serve then runs what is there and writes nothing (store.read_only).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -23,15 +27,28 @@ class StoreLocked(OllamaError):
     """Another serve holds this store."""
 
 
+class StoreReadOnly(Exception):
+    """The store cannot be written (a read-only mount, another user's directory): it can only be read."""
+
+
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 class StoreLock:
     def __init__(self, root: Path) -> None:
         self.path = Path(root) / LOCK_NAME
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock or raise StoreLocked at once (never waits)."""
+        """Take the lock or raise StoreLocked at once (never waits); StoreReadOnly for a store this process may
+        read but not write (nothing to lock: it will write nothing there)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno in _READ_ONLY and os.access(self.path.parent, os.R_OK | os.X_OK):
+                raise StoreReadOnly(f"{self.path.parent}: {(e.strerror or str(e)).lower()}") from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -152,6 +152,7 @@ class Model:
 class ModelStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.read_only = False  # serve found it unwritable (store/lock.py StoreReadOnly): nothing is pruned
         self.blobs = BlobStore(self.root)
         self.manifests = ManifestStore(self.root)
         self.lock = threading.RLock()
