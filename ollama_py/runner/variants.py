@@ -239,16 +239,18 @@ class BadVariants:
     def __init__(self, path: Path, runners_dir: Path) -> None:
         self.path = path
         self.runners_dir = runners_dir
+        self._unsaved: dict[str, dict[str, str]] = {}  # marks the file could not take (a data dir not writable)
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return {}
+            data = {}
         except (OSError, ValueError) as exc:
             log.warning("ignoring unreadable %s: %s", self.path, exc)
-            return {}
-        return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+            data = {}
+        marks = {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+        return {**marks, **self._unsaved}
 
     def load(self) -> set[str]:
         """Variants marked bad whose runner has not been rebuilt since."""
@@ -269,8 +271,14 @@ class BadVariants:
             "reason": reason,
             "marked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        except OSError as e:  # remembered by this process only
+            self._unsaved[variant] = data[variant]
+            log.warning("runner variant %s marked bad until serve stops (%s cannot be written: %s): %s", variant,
+                        self.path, (e.strerror or str(e)).lower(), reason)
+            return
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)

@@ -304,6 +304,7 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
     env = {**(env if env is not None else os.environ), "GGML_NO_BACKTRACE": "1", "LLAMA_MEDIA_MARKER": MEDIA_MARKER}
     bad = variants.BadVariants(settings.data_dir / "bad-variants.json", settings.runners_dir)
     saved = prompt_cache_on_disk(settings)
+    unsaved: list[Path] = []  # said once: the prompt cache's directory could not be made
     cores = physical_cores()
 
     def factory(plan: LoadPlan, name: str, on_exit: Callable[[RunnerProcess], None]) -> RunnerProcess:
@@ -312,10 +313,16 @@ def runner_factory(settings: Settings, env: dict[str, str] | None = None,
         candidates = [(v, built[v]) for v in order]
         spec, slots = plan.spec, None
         if saved is not None and not spec.embedding and candidates:
-            # blocking, but a mkdir (the factory runs on the loop, as it always has)
-            directory = saved.directory(slot_cache.key_for(spec, candidates[0][0]))
-            spec = dataclasses.replace(spec, slot_save_path=directory)
-            slots = slot_cache.RunnerSlots(saved, directory, spec.parallel)
+            try:  # blocking, but a mkdir (the factory runs on the loop, as it always has)
+                directory = saved.directory(slot_cache.key_for(spec, candidates[0][0]))
+            except OSError as e:  # a data directory serve cannot write: runners run, without the saved prompts
+                if not unsaved:
+                    log.warning("prompt cache on disk off: %s cannot be written (%s)", saved.root,
+                                (e.strerror or str(e)).lower())
+                unsaved.append(saved.root)
+            else:
+                spec = dataclasses.replace(spec, slot_save_path=directory)
+                slots = slot_cache.RunnerSlots(saved, directory, spec.parallel)
         # CPU builds only: a GPU driver reserves address space far beyond what it uses
         limit = None
         on_cpu_build = bool(candidates) and candidates[0][0] in ("cpu", "cpu_avx2")

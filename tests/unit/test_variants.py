@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 from pathlib import Path
@@ -191,6 +192,22 @@ def test_bad_variant_is_remembered_until_rebuilt(tmp_path: Path) -> None:
         json.dumps({"variant": "cpu_avx2", "key": "k1", "built_at": "2025-02-01T00:00:00Z"}))
     assert BadVariants(state, runners).load() == set()  # rebuilt: it gets another chance
     assert choose_variant(host, built_variants(runners), bad=BadVariants(state, runners).load()) == "cpu_avx2"
+
+
+def test_bad_variant_is_remembered_by_the_process_when_its_file_cannot_be_written(tmp_path: Path, caplog) -> None:
+    """A data directory serve cannot write (a read-only HOME): the mark holds until serve stops, and the crash
+    that made it still falls back to the next variant instead of failing on the write."""
+    runners = tmp_path / "runners"
+    _runner(runners, "cpu_avx2", info={"variant": "cpu_avx2", "key": "k1", "built_at": "2025-01-01T00:00:00Z"})
+    _runner(runners, "cpu", info={"variant": "cpu", "key": "k2", "built_at": "2025-01-01T00:00:00Z"})
+    (tmp_path / "data").write_text("a file where the data directory should be")
+    bad = BadVariants(tmp_path / "data" / "bad-variants.json", runners)
+    with caplog.at_level(logging.WARNING):
+        bad.mark("cpu_avx2", "killed by SIGILL")
+    assert bad.load() == {"cpu_avx2"}
+    assert choose_variant(LINUX_X86, built_variants(runners), bad=bad.load()) == "cpu"
+    assert "runner variant cpu_avx2 marked bad until serve stops" in caplog.text
+    assert BadVariants(tmp_path / "data" / "bad-variants.json", runners).load() == set()  # this process only
 
 
 def test_bad_variant_without_build_info_keys_on_the_binary(tmp_path: Path) -> None:
