@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.app import create_tiny_model, make_settings
 from tests.helpers.ports import free_port
 from tests.helpers.processes import fake_runners_dir
+from tests.helpers.serve import stop_serve
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:
@@ -89,12 +89,7 @@ def _serve(prefix: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_serve(proc)
     assert proc.returncode == 0
 
 
