@@ -1,5 +1,6 @@
 """The stored model a request names, for the routes that run one: found (or its config-file alias) with 404 as
-Ollama words it, checked for what a chat asks of it, and its options merged with the request's."""
+Ollama words it, checked for what a chat asks of it, and its options merged with the request's; and the store
+itself for the routes that write it (`store_to_write`: refused at once when serve found it read-only)."""
 
 from __future__ import annotations
 
