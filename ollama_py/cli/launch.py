@@ -226,7 +226,13 @@ def pick_model(client: Client) -> str:
     return _choose("Select a model:", [(m, m) for m in models])
 
 
-@click.command(short_help="Launch a coding agent (Claude Code, Codex, OpenCode) on this server", epilog=HOST_HELP)
+_AGENTS = ", ".join(f"{k} ({v.title})" for k, v in INTEGRATIONS.items())
+
+
+@click.command(short_help=f"Launch a coding agent ({', '.join(v.title for v in INTEGRATIONS.values())}) on this "
+               "server", epilog=HOST_HELP,
+               help=f"Run a coding agent against this server, configured for it: {_AGENTS}. Arguments after `--` go "
+               "to the agent, e.g. `ollama-py launch claude --model qwen3 -- -p \"explain this repo\"`.")
 @click.argument("integration", required=False)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--model", "model", metavar="MODEL", help="Model to use (remembered for the next launch)")
@@ -234,9 +240,7 @@ def pick_model(client: Client) -> str:
 @click.option("-y", "--yes", is_flag=True, help="Pull a missing model without asking (needs --model or a saved one)")
 def launch(integration: str | None, extra: tuple[str, ...], model: str | None, config_only: bool,
            yes: bool) -> None:
-    """Run a coding agent against this server, configured for it: claude (Claude Code), codex (Codex CLI) or
-    opencode (OpenCode). Arguments after `--` go to the agent, e.g.
-    `ollama-py launch claude --model qwen3 -- -p "explain this repo"`."""
+    """The agent's help is built from INTEGRATIONS (above), so it names every agent launch knows."""
     environ = dict(os.environ)
     if integration is None:
         if not _interactive():

@@ -201,3 +201,12 @@ def test_a_model_that_cannot_chat_is_refused_and_one_without_tools_gets_a_note(f
     assert "Note: tiny does not call tools (its template has none): the agent can only talk with it" in noted.stderr
     fake.on("POST", "/api/show", {"capabilities": ["completion", "tools"]})
     assert "Note" not in invoke(fake, ["claude", "--model", "tiny", "--config"], tmp_path).stderr
+
+
+def test_help_names_every_agent_launch_knows() -> None:
+    top = CliRunner().invoke(cli, ["--help"], terminal_width=200).output
+    own = CliRunner().invoke(cli, ["launch", "--help"], terminal_width=200).output
+    line = next(row for row in top.splitlines() if row.strip().startswith("launch"))
+    for name, integration in INTEGRATIONS.items():
+        assert integration.title in line
+        assert f"{name} ({integration.title})" in own

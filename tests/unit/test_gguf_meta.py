@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import gguf
@@ -12,9 +11,7 @@ import pytest
 from ollama_py.errors import BadRequest
 from ollama_py.store.gguf_meta import file_type_name, human_number, model_info, read_gguf_info
 from tests.fakes.gguf_files import CHAT_TEMPLATE, N_EMBD, N_FF, N_VOCAB, write_gguf, write_llama_gguf
-
-SMOLLM2 = Path(os.environ.get("OLLAMA_PY_TEST_MODEL") or
-               Path.home() / ".cache/ollama-py/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+from tests.helpers.paths import required_path
 
 LLAMA_PARAMS = 2 * N_VOCAB * N_EMBD + 4 * N_EMBD * N_EMBD + 3 * N_EMBD * N_FF + 3 * N_EMBD
 
@@ -165,9 +162,9 @@ def test_unsupported_version(llama: Path, tmp_path: Path) -> None:
         read_gguf_info(path)
 
 
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason="SmolLM2 not fetched (scripts/fetch_models.sh)")
+@pytest.mark.integration  # the real model: fetched by `make test` before the integration run, never skipped
 def test_real_smollm2_header() -> None:
-    info = read_gguf_info(SMOLLM2)
+    info = read_gguf_info(required_path("OLLAMA_PY_TEST_MODEL"))
     assert (info.architecture, info.quantization_level, info.parameter_size) == ("llama", "Q4_1", "134.52M")
     assert (info.context_length, info.embedding_length, info.block_count) == (8192, 576, 30)
     assert (info.head_count, info.head_count_kv) == (9, 3)
