@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.gguf_files import write_llama_gguf
+from tests.helpers.app import as_serve
 from tests.helpers.processes import alive
 
 SLOW_CONVERTER = """import os, sys, time
@@ -63,13 +64,13 @@ async def hang_up_after(client: Any, req: dict, status: str, pidfile: Path, blob
     await eventually(lambda: not list(blobs.glob(f"{temp_prefix}*")), "cleaned up")
 
 
-async def test_hanging_up_stops_the_converter(fake_app, aiohttp_client, tmp_path: Path) -> None:
+async def test_hanging_up_stops_the_converter(fake_app, aiohttp_server, aiohttp_client, tmp_path: Path) -> None:
     scripts = tmp_path / "runners" / "convert"
     scripts.mkdir(parents=True)
     pidfile = tmp_path / "converter.pid"
     (scripts / "convert_hf_to_gguf.py").write_text(SLOW_CONVERTER.format(pidfile=str(pidfile)))
     settings, app = fake_app(runners_dir=tmp_path / "runners")
-    client = await aiohttp_client(app, server_kwargs={"handler_cancellation": True})  # as `serve` runs
+    client = await aiohttp_client(await aiohttp_server(app, **as_serve()))  # as `serve` runs
     files = {"config.json": await upload(client, json.dumps({"architectures": ["LlamaForCausalLM"]}).encode()),
              "model.safetensors": await upload(client, b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")}
     await hang_up_after(client, {"model": "slow", "files": files}, "converting model", pidfile,
@@ -77,21 +78,22 @@ async def test_hanging_up_stops_the_converter(fake_app, aiohttp_client, tmp_path
     assert (await client.post("/api/show", json={"model": "slow"})).status == 404
 
 
-async def test_hanging_up_stops_the_quantizer(fake_app, aiohttp_client, tmp_path: Path) -> None:
+async def test_hanging_up_stops_the_quantizer(fake_app, aiohttp_server, aiohttp_client, tmp_path: Path) -> None:
     tool = tmp_path / "runners" / "cpu_avx2" / "llama-quantize"
     tool.parent.mkdir(parents=True)
     pidfile = tmp_path / "quantize.pid"
     tool.write_text(SLOW_QUANTIZER.format(python=sys.executable, pidfile=str(pidfile)))
     tool.chmod(0o755)
     settings, app = fake_app(runners_dir=tmp_path / "runners")
-    client = await aiohttp_client(app, server_kwargs={"handler_cancellation": True})
+    client = await aiohttp_client(await aiohttp_server(app, **as_serve()))
     f16 = await upload(client, write_llama_gguf(tmp_path / "f16.gguf").read_bytes())
     await hang_up_after(client, {"model": "slow", "files": {"m.gguf": f16}, "quantize": "q8_0"},
                         "quantizing F16 model to Q8_0", pidfile, settings.models / "blobs", "sha256-tmp-quantize-")
     assert (await client.post("/api/show", json={"model": "slow"})).status == 404
 
 
-async def test_creates_running_for_minutes_leave_the_shared_threads_to_other_routes(fake_app, aiohttp_client,
+async def test_creates_running_for_minutes_leave_the_shared_threads_to_other_routes(fake_app, aiohttp_server,
+                                                                                   aiohttp_client,
                                                                                    tmp_path: Path) -> None:
     """Eight conversions at once (more than the default executor's threads on a small machine) run in the creates'
     own threads: /api/tags and /api/show, which use the shared ones, still answer."""
@@ -99,7 +101,7 @@ async def test_creates_running_for_minutes_leave_the_shared_threads_to_other_rou
     scripts.mkdir(parents=True)
     (scripts / "convert_hf_to_gguf.py").write_text(SLOW_CONVERTER.format(pidfile=str(tmp_path / "c.pid")))
     settings, app = fake_app(runners_dir=tmp_path / "runners")
-    client = await aiohttp_client(app, server_kwargs={"handler_cancellation": True})
+    client = await aiohttp_client(await aiohttp_server(app, **as_serve()))
     files = {"config.json": await upload(client, json.dumps({"architectures": ["LlamaForCausalLM"]}).encode()),
              "model.safetensors": await upload(client, b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")}
     converting = 0

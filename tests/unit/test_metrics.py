@@ -19,7 +19,7 @@ from ollama_py.server.app import create_app
 from ollama_py.server.appkeys import METRICS, SCHEDULER
 from ollama_py.server.metrics import Metrics, relabel
 from tests.fakes.gguf_files import write_tiny_gguf
-from tests.helpers.app import create_tiny_model, fake_runner_factory, make_settings
+from tests.helpers.app import as_serve, create_tiny_model, fake_runner_factory, make_settings
 from tests.prometheus_scrape import Scrape
 
 MODEL = "tiny:latest"
@@ -49,16 +49,16 @@ async def scrape_until(client: Any, ok: Callable[[Scrape], bool], what: str, tim
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, tiny_gguf: Path, aiohttp_client: Any) -> Callable[..., Any]:
+def gateway(tmp_path: Path, tiny_gguf: Path, aiohttp_server: Any, aiohttp_client: Any) -> Callable[..., Any]:
     """Start the real app and scheduler over the fake runner; returns the test client.
 
     gpus: what the GPU probe finds (none by default); models: more models, each with its own weights (so its
-    own runner); runner_metrics=False starts runners without --metrics; handler_cancellation as `serve` runs
-    (a client that hangs up cancels its handler); the rest are Settings overrides.
+    own runner); runner_metrics=False starts runners without --metrics; the rest are Settings overrides. The app
+    is served with serve's aiohttp settings (a client that hangs up cancels its handler, as in `serve`).
     """
 
     async def start(fake_env: dict[str, str] | None = None, *, gpus: tuple[GpuInfo, ...] = (),
-                    models: tuple[str, ...] = (), runner_metrics: bool = True, handler_cancellation: bool = False,
+                    models: tuple[str, ...] = (), runner_metrics: bool = True,
                     **overrides: Any) -> Any:
         settings = make_settings(tmp_path, **overrides)
         create_tiny_model(settings, tiny_gguf)
@@ -72,7 +72,7 @@ def gateway(tmp_path: Path, tiny_gguf: Path, aiohttp_client: Any) -> Callable[..
         scheduler = Scheduler(settings, plan=plan, runner_factory=fake_runner_factory(settings, fake_env))
         app = create_app(settings, scheduler=scheduler)
         app[METRICS] = Metrics(gpu_probe=lambda: list(gpus))
-        return await aiohttp_client(app, server_kwargs={"handler_cancellation": handler_cancellation})
+        return await aiohttp_client(await aiohttp_server(app, **as_serve()))
 
     return start
 
@@ -200,7 +200,7 @@ async def test_requests_over_the_queue_limit_are_counted_as_rejected(gateway: An
 
 
 async def test_client_that_hangs_up_mid_stream_is_counted_as_499(gateway: Any) -> None:
-    client = await gateway({"FAKE_TOKEN_DELAY": "0.05", "FAKE_TOKENS": "200"}, handler_cancellation=True)
+    client = await gateway({"FAKE_TOKEN_DELAY": "0.05", "FAKE_TOKENS": "200"})
     resp = await client.post("/api/generate", json={"model": "tiny", "prompt": "a long answer"})
     await resp.content.readline()
     resp.close()
