@@ -37,6 +37,7 @@ class LaunchSpec:
     draft_max: int | None = None  # tokens drafted per step (Ollama's draft_num_predict)
     cache_ram_mib: int | None = None  # --cache-ram: the host prompt cache's cap (0: off); None: llama-server's 8 GiB
     slot_save_path: Path | None = None  # --slot-save-path: where slots are saved at unload (runner/slot_cache.py)
+    kv_overrides: tuple[str, ...] = ()  # --override-kv KEY=TYPE:VALUE: an Ollama-published GGUF read as meant
     extra: tuple[str, ...] = field(default=())
 
 
@@ -119,6 +120,8 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         argv += ["--cache-ram", str(spec.cache_ram_mib)]
     if spec.slot_save_path is not None:
         argv += ["--slot-save-path", str(spec.slot_save_path)]
+    for override in spec.kv_overrides:  # (runner/gguf_compat.py)
+        argv += ["--override-kv", override]
     argv += speculation_args(spec)
     argv += list(spec.extra)
     return argv

@@ -18,7 +18,7 @@ from ollama_py.config import Settings
 from ollama_py.errors import ModelNotFound, RunnerLoadError
 from ollama_py.estimate import devices, memory
 from ollama_py.estimate import gpus as gpu_probe
-from ollama_py.runner import rpc, shards, slot_cache, variants
+from ollama_py.runner import gguf_compat, rpc, shards, slot_cache, variants
 from ollama_py.runner.argv import MEDIA_MARKER, LaunchSpec, build_argv
 from ollama_py.runner.process import RunnerProcess, RunnerState, address_space_limit
 from ollama_py.scheduler import model_settings, policy
@@ -148,6 +148,10 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         if size_vram and n_gpu_layers != 0:
             size_vram += draft_bytes
             vram_need += draft_bytes
+    layout = gguf_compat.ollama_layout(getattr(model, "info", None))
+    if layout.overrides:
+        log.info("model %s is an Ollama-published GGUF: read with --override-kv %s", getattr(model, "name", ""),
+                 " ".join(layout.overrides))
     spec = LaunchSpec(
         model=model.model_path,
         shards=tuple(getattr(model, "shards", ())),
@@ -170,6 +174,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         draft_ngram=bool(options.get("draft_ngram")) and not embedding,
         draft_max=options.get("draft_num_predict") or None,
         cache_ram_mib=cache_ram // memory.MiB,
+        kv_overrides=layout.overrides,
     )
     # one runner per weights, adapters, projectors and draft: two models on the same weights with another
     # projector (vision, audio) or none are two runners, each started with its own --mmproj
@@ -180,7 +185,7 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     return LoadPlan(key=key, spec=spec, load_options=load_options, size=size, cache_ram=cache_ram,
                     size_vram=size_vram, vram_need=vram_need, vram_reserve=placement.reserve if size_vram else 0,
                     context_length=num_ctx, lineage=f"{getattr(model, 'name', '')}|{key}",
-                    gpus=None if runner.devices is None else tuple(g.uuid for g in gpus))
+                    gpus=None if runner.devices is None else tuple(g.uuid for g in gpus), load_note=layout.note)
 
 
 class Planner:

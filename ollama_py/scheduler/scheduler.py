@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ollama_py.config import Settings
-from ollama_py.errors import InsufficientMemory, OllamaError, ServerBusy
+from ollama_py.errors import InsufficientMemory, OllamaError, RunnerLoadError, ServerBusy
 from ollama_py.runner.argv import LaunchSpec
 from ollama_py.runner.client import LlamaClient, RunnerStalled
 from ollama_py.runner.load_progress import LoadReport
@@ -73,6 +73,7 @@ class LoadPlan:
     cache_ram: int = 0  # the prompt cache's cap (--cache-ram), in host memory: part of size
     lineage: str = ""
     gpus: tuple[str, ...] | None = None  # GpuInfo.uuid of the only GPUs it may use (--device); None: any
+    load_note: str = ""  # why its runner may fail to load, said with the failure (runner/gguf_compat.py)
 
 
 class SlotHold:
@@ -208,8 +209,11 @@ class Scheduler:
             relay = asyncio.ensure_future(_relay(loaded, progress)) if progress is not None else None
             try:
                 await loaded.runner.ensure_ready()
-            except Exception:  # any failure to start: forget the runner, or every later request waits on it
+            except Exception as e:  # any failure to start: forget the runner, or every later request waits on it
                 await self._drop(loaded, "failed")
+                note = loaded.plan.load_note
+                if isinstance(e, RunnerLoadError) and note and note not in str(e):
+                    raise RunnerLoadError(f"{e} ({note})") from None
                 raise
             finally:
                 if relay is not None:

@@ -9,6 +9,8 @@
     write_sized_llama_gguf(path, ...)     a llama model of any shape (no tokenizer), with each part's byte count,
                                           for the memory estimate's tests
     write_sized_moe_gguf(path, ...)       the same for a mixture-of-experts model (expert bytes per block too)
+    rewrite_gguf(src, dst, ...)           a copy of a GGUF (a real model too) with key/values dropped, renamed or
+                                          added and tensors added: a file as another converter would have written it
 """
 
 from __future__ import annotations
@@ -382,3 +384,36 @@ def _finish(writer: gguf.GGUFWriter, tensors: dict[str, np.ndarray], path: str |
     writer.write_tensors_to_file()
     writer.close()
     return Path(path)
+
+
+def rewrite_gguf(src: Path, dst: Path, *, drop: tuple[str, ...] = (), rename: dict[str, str] | None = None,
+                 add: dict[str, tuple[Any, gguf.GGUFValueType]] | None = None,
+                 tensors: dict[str, np.ndarray] | None = None) -> Path:
+    """A copy of `src` with the key/values in `drop` left out, those in `rename` under their new names, `add`'s
+    added ({key: (value, type)}) and `tensors` appended; every tensor of `src` is copied as it is (quantized ones
+    too), as gguf-py's own metadata editor copies them."""
+    reader = gguf.GGUFReader(str(src))
+    rename = rename or {}
+    writer = gguf.GGUFWriter(str(dst), str(reader.fields["general.architecture"].contents()))
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in ("general.architecture", *drop):
+            continue
+        kind = field.types[0]
+        writer.add_key_value(rename.get(field.name, field.name), field.contents(), kind,
+                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    for key, (value, kind) in (add or {}).items():
+        writer.add_key_value(key, value, kind)
+    for tensor in reader.tensors:
+        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
+                               tensor.tensor_type)
+    for name, array in (tensors or {}).items():
+        writer.add_tensor_info(name, array.shape, array.dtype, array.nbytes)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in reader.tensors:
+        writer.write_tensor_data(tensor.data)
+    for array in (tensors or {}).values():
+        writer.write_tensor_data(array)
+    writer.close()
+    return dst

@@ -1,0 +1,61 @@
+"""Ollama-published GGUFs on the real llama-server (runner/gguf_compat.py). Ollama's library is out of reach from
+here, so the files are the test models rewritten the way Ollama's converter lays them out: Gemma 3 270M without
+the RMS-norm epsilon llama.cpp requires and with its RoPE base under Ollama's name; SmolLM2 with a vision
+encoder's tensor inside the model file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from tests.fakes.gguf_files import rewrite_gguf
+from tests.helpers.paths import required_path
+from tests.helpers.serve import create_from_file
+
+pytestmark = pytest.mark.integration
+
+GREEDY = {"temperature": 0, "seed": 7, "num_predict": 12, "num_ctx": 512}
+
+
+@pytest.fixture(scope="module")
+def gemma_as_ollama_writes_it(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("ollama-layout")
+    return rewrite_gguf(required_path("OLLAMA_PY_TEST_GEMMA"), tmp / "gemma3-ollama.gguf",
+                        drop=("gemma3.attention.layer_norm_rms_epsilon",),
+                        rename={"gemma3.rope.freq_base": "gemma3.rope.global.freq_base"},
+                        add={"gemma3.rope.local.freq_base": (10000.0, gguf.GGUFValueType.FLOAT32)})
+
+
+def generate(live_server, model: str) -> tuple[int, dict]:
+    r = live_server.api("POST", "/api/generate", json={"model": model, "prompt": "The capital of France is",
+                                                       "stream": False, "options": GREEDY, "keep_alive": 0})
+    return r.status_code, r.json()
+
+
+def test_an_ollama_gemma3_loads_and_answers_as_the_same_weights_converted_by_llama_cpp(
+        live_server, gemma_as_ollama_writes_it) -> None:
+    create_from_file(live_server.url, "gemma3-llamacpp", Path(os.environ["OLLAMA_PY_TEST_GEMMA"]))
+    create_from_file(live_server.url, "gemma3-ollama", gemma_as_ollama_writes_it)
+    status, theirs = generate(live_server, "gemma3-ollama")
+    assert status == 200, theirs  # without the overrides: "key not found in model: ...layer_norm_rms_epsilon"
+    status, ours = generate(live_server, "gemma3-llamacpp")
+    assert status == 200, ours
+    assert theirs["response"] and theirs["response"] == ours["response"]
+    assert theirs["eval_count"] == ours["eval_count"]
+
+
+def test_a_vision_encoder_inside_the_model_file_fails_with_a_reason_a_user_can_act_on(live_server,
+                                                                                        tmp_path) -> None:
+    mono = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "smollm2-mono.gguf",
+                        tensors={"v.blk.0.attn_q.weight": np.zeros((8, 8), dtype=np.float32)})
+    create_from_file(live_server.url, "smollm2-mono", mono)
+    status, body = generate(live_server, "smollm2-mono")
+    assert status == 500
+    assert "wrong number of tensors" in body["error"]  # llama-server's own words, then why
+    assert "this GGUF is in Ollama's own layout (1 tensor of a vision or audio encoder inside the model file" \
+        in body["error"]
+    assert "\n" not in body["error"]

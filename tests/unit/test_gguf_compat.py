@@ -1,0 +1,187 @@
+"""GGUFs published by Ollama in a layout of its own (runner/gguf_compat.py): the metadata llama-server is given to
+read them as meant, and the note a load failure carries. The real llama-server reading such files:
+tests/integration/test_ollama_layout_live.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from ollama_py.api.names import parse_name
+from ollama_py.runner.argv import LaunchSpec, build_argv
+from ollama_py.runner.gguf_compat import Layout, ollama_layout
+from ollama_py.scheduler.factory import plan_load
+from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
+from ollama_py.store.models import ModelStore
+from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gguf
+from tests.helpers.app import create_tiny_model, make_settings
+
+LLAMA3_TEMPLATE = "{{ '<|start_header_id|>' + m.role + '<|end_header_id|>' + m.content + '<|eot_id|>' }}"
+
+
+def llama3_tokens() -> list[str]:
+    tokens = [f"t{i}" for i in range(128256)]
+    tokens[128001], tokens[128006], tokens[128009] = "<|end_of_text|>", "<|start_header_id|>", "<|eot_id|>"
+    return tokens
+
+
+def info(arch: str, kv: dict[str, object] | None = None, tensors: tuple[str, ...] = ("token_embd.weight",),
+         rows: int = 32) -> GGUFInfo:
+    table = tuple((name, "F32", (8, rows) if name == "token_embd.weight" else (8, 8)) for name in tensors)
+    return GGUFInfo({"general.architecture": arch, **(kv or {})}, table)
+
+
+def test_a_llama3_file_without_a_pre_tokenizer_and_ending_at_end_of_text_is_read_with_llama_bpe_and_eot() -> None:
+    published = info("llama", {"tokenizer.ggml.tokens": llama3_tokens(), "tokenizer.ggml.eos_token_id": 128001,
+                               "tokenizer.chat_template": LLAMA3_TEMPLATE})
+    assert ollama_layout(published) == Layout(("tokenizer.ggml.pre=str:llama-bpe",
+                                               "tokenizer.ggml.eos_token_id=int:128009",
+                                               "tokenizer.ggml.eot_token_id=int:128009"))
+    # only what is missing: a pre-tokenizer of "default" with the right end of sequence and end of turn
+    half = info("llama", {"tokenizer.ggml.tokens": llama3_tokens(), "tokenizer.ggml.pre": "default",
+                          "tokenizer.ggml.eos_token_id": 128009, "tokenizer.ggml.eot_token_id": 128009,
+                          "tokenizer.chat_template": LLAMA3_TEMPLATE})
+    assert ollama_layout(half).overrides == ("tokenizer.ggml.pre=str:llama-bpe",)
+
+
+def test_llama_files_as_llama_cpp_writes_them_get_nothing() -> None:
+    converted = info("llama", {"tokenizer.ggml.tokens": llama3_tokens(), "tokenizer.ggml.pre": "llama-bpe",
+                               "tokenizer.ggml.eos_token_id": 128009, "tokenizer.chat_template": LLAMA3_TEMPLATE})
+    assert ollama_layout(converted) == Layout()
+    # another llama-architecture model (SmolLM2's vocabulary): no Llama 3 marker, whatever its pre-tokenizer
+    assert ollama_layout(info("llama", {"tokenizer.ggml.tokens": [f"t{i}" for i in range(49152)]})) == Layout()
+    # <|eot_id|> where Llama 3 has it but no Llama 3 chat format (no header token, no template): left as it is
+    tokens = llama3_tokens()
+    tokens[128006] = "t128006"
+    assert ollama_layout(info("llama", {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.eos_token_id": 128001})) \
+        == Layout()
+    assert ollama_layout(None) == Layout()
+
+
+def test_a_gemma3_file_of_ollamas_converter_gets_llama_cpps_keys_with_ollamas_values() -> None:
+    published = info("gemma3", {"gemma3.context_length": 131072, "gemma3.rope.global.freq_base": 1000000.0,
+                                "gemma3.rope.local.freq_base": 10000.0, "tokenizer.ggml.add_padding_token": False})
+    assert ollama_layout(published) == Layout((
+        "gemma3.rope.freq_base=float:1000000.0", "gemma3.rope.freq_base_swa=float:10000.0",
+        "gemma3.attention.layer_norm_rms_epsilon=float:1e-06", "gemma3.rope.scaling.type=str:linear",
+        "gemma3.rope.scaling.factor=float:8.0"))
+    # the 1B: 32K of context, no scaling; its keys missing altogether get Gemma 3's defaults
+    small = info("gemma3", {"gemma3.context_length": 32768})
+    assert ollama_layout(small).overrides == ("gemma3.rope.freq_base=float:1000000.0",
+                                              "gemma3.rope.freq_base_swa=float:10000.0",
+                                              "gemma3.attention.layer_norm_rms_epsilon=float:1e-06")
+
+
+def test_a_gemma3_file_as_llama_cpp_writes_it_gets_nothing() -> None:
+    converted = info("gemma3", {"gemma3.context_length": 32768, "gemma3.rope.freq_base": 1000000.0,
+                                "gemma3.attention.layer_norm_rms_epsilon": 1e-6,
+                                "gemma3.attention.sliding_window": 512})
+    assert ollama_layout(converted) == Layout()
+
+
+def test_a_vision_encoder_inside_the_model_file_is_named_in_the_note() -> None:
+    monolithic = info("gemma3", {"gemma3.attention.layer_norm_rms_epsilon": 1e-6, "gemma3.rope.freq_base": 1e6,
+                                 "gemma3.rope.freq_base_swa": 1e4, "tokenizer.ggml.tokens": ["t"] * 40},
+                      tensors=("token_embd.weight", "blk.0.attn_q.weight", "v.blk.0.attn_q.weight",
+                               "v.patch_embd.weight", "mm.input_projection.weight"), rows=32)
+    layout = ollama_layout(monolithic)
+    assert layout.overrides == ()
+    assert layout.note.startswith("this GGUF is in Ollama's own layout (3 tensors of a vision or audio encoder "
+                                  "inside the model file")
+    assert "a vocabulary of 40 tokens for 32 token embeddings" in layout.note
+    assert "use a GGUF converted by llama.cpp" in layout.note
+    # the same encoder in a projector file is where llama.cpp wants it
+    projector = info("clip", {"general.type": "projector"}, tensors=("v.blk.0.attn_q.weight", "mm.0.weight"))
+    assert ollama_layout(projector) == Layout()
+
+
+@pytest.mark.parametrize(("arch", "theirs"), [("gptoss", "gpt-oss"), ("qwen25vl", "qwen2vl"), ("olmo3", "olmo2")])
+def test_an_architecture_of_ollamas_own_name_is_named_in_the_note(arch: str, theirs: str) -> None:
+    layout = ollama_layout(info(arch))
+    assert layout.overrides == ()
+    assert f"architecture '{arch}', which llama.cpp reads as '{theirs}' only once translated" in layout.note
+
+
+def test_mistral3_yarn_parameters_under_ollamas_names_are_copied_to_llama_cpps() -> None:
+    published = info("mistral3", {"mistral3.rope.scaling.beta_fast": 32.0, "mistral3.rope.scaling.beta_slow": 1.0,
+                                  "mistral3.rope.scaling_beta": 0.1})
+    assert ollama_layout(published).overrides == (
+        "mistral3.rope.scaling.yarn_beta_fast=float:32.0", "mistral3.rope.scaling.yarn_beta_slow=float:1.0",
+        "mistral3.attention.temperature_scale=float:0.1", "tokenizer.ggml.pre=str:tekken")
+    assert ollama_layout(info("mistral3", {"tokenizer.ggml.pre": "tekken"})) == Layout()
+
+
+def test_overrides_reach_llama_servers_argv_before_a_models_own_flags() -> None:
+    spec = LaunchSpec(model=Path("/m.gguf"), kv_overrides=("a.b=int:1", "c=str:x"),
+                      extra=("--override-kv", "a.b=int:2"))
+    argv = build_argv(spec, "llama-server", 8080)
+    at = argv.index("a.b=int:1")
+    assert argv[at - 1:at + 3] == ["--override-kv", "a.b=int:1", "--override-kv", "c=str:x"]
+    assert argv[-2:] == ["--override-kv", "a.b=int:2"]  # the config file's word comes last, so it wins
+    assert "--override-kv" not in build_argv(LaunchSpec(model=Path("/m.gguf")), "llama-server", 8080)
+
+
+def write_ollama_gemma3(path: Path) -> Path:
+    """A tiny gemma3-architecture GGUF as Ollama's converter writes one: RoPE bases under its names, no RMS-norm
+    epsilon."""
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_context_length(2048)
+    w.add_embedding_length(8)
+    w.add_block_count(1)
+    w.add_feed_forward_length(16)
+    w.add_head_count(2)
+    w.add_head_count_kv(1)
+    w.add_float32("gemma3.rope.global.freq_base", 1000000.0)
+    w.add_float32("gemma3.rope.local.freq_base", 10000.0)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"t{i}" for i in range(16)])
+    w.add_tensor("token_embd.weight", np.zeros((16, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_stored_ollama_gemma3_is_planned_with_its_overrides(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    create_tiny_model(settings, write_ollama_gemma3(tmp_path / "g.gguf"), name="gemma3-ollama")
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "t.gguf"), name="tiny")
+    store = ModelStore(settings.models)
+    plan = plan_load(settings, [], 64 << 30, store.load(parse_name("gemma3-ollama")), {}, False)
+    assert plan.spec.kv_overrides == ("gemma3.rope.freq_base=float:1000000.0",
+                                      "gemma3.rope.freq_base_swa=float:10000.0",
+                                      "gemma3.attention.layer_norm_rms_epsilon=float:1e-06")
+    assert plan.load_note == ""
+    plain = plan_load(settings, [], 64 << 30, store.load(parse_name("tiny")), {}, False)
+    assert (plain.spec.kv_overrides, plain.load_note) == ((), "")
+    assert ollama_layout(read_gguf_info(tmp_path / "t.gguf")) == Layout()
+
+
+def write_monolithic(path: Path) -> Path:
+    """The test suite's tiny model with a vision encoder's tensors inside it, as Ollama publishes Gemma 3."""
+    return rewrite_gguf(write_tiny_gguf(path.with_suffix(".plain.gguf")), path,
+                        tensors={"v.blk.0.attn_q.weight": np.zeros((8, 8), dtype=np.float32)})
+
+
+async def test_a_load_failure_of_an_ollama_layout_file_says_why(fake_app, aiohttp_client, tmp_path: Path) -> None:
+    failure = ("llama_model_load: error loading model: done_getting_tensors: wrong number of tensors; expected 21, "
+               "got 20")
+    settings, app = fake_app({"FAKE_LOAD_FAIL": failure})
+    create_tiny_model(settings, write_monolithic(tmp_path / "mono.gguf"), name="mono")
+    client = await aiohttp_client(app)
+    r = await client.post("/api/generate", json={"model": "mono", "prompt": "hi", "stream": False})
+    assert r.status == 500
+    error = (await r.json())["error"]
+    assert "wrong number of tensors; expected 21, got 20" in error
+    assert error.endswith("(this GGUF is in Ollama's own layout (1 tensor of a vision or audio encoder inside the "
+                          "model file, where llama.cpp wants them in a separate projector file), which upstream "
+                          "llama.cpp does not read: use a GGUF converted by llama.cpp (from Hugging Face, or "
+                          "`ollama-py create` from the model's safetensors))")
+    # a model without such a layout fails with llama-server's words only
+    r = await client.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False})
+    error = (await r.json())["error"]
+    assert "wrong number of tensors" in error and "Ollama's own layout" not in error
