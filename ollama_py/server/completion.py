@@ -175,6 +175,18 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
     return prompt
 
 
+async def rendered_prompt(scheduler: Scheduler, req: CompletionRequest) -> tuple[str, int]:
+    """The prompt `req` would send its runner and how many images go with it, without generating: Ollama's
+    `_debug_render_only`. The model is loaded first, as Ollama does (a GGUF's own template may be rendered by it)."""
+    async with scheduler.use(req.model, req.options, req.keep_alive) as loaded:
+        try:
+            prompt = await build_prompt(req, loaded)
+        except UpstreamLost as e:
+            raise RunnerError(str(e)) from None
+    images = len(prompt["multimodal_data"]) if isinstance(prompt, dict) else 0
+    return prompt_text(prompt), images
+
+
 def _joined(ids: list[int], prompt: str) -> list[Any]:
     """[*ids, prompt], copied 64k items per step (one copy of millions holds the GIL, so the loop, ~0.1 s)."""
     out: list[Any] = _concat(ids)

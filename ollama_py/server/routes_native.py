@@ -38,7 +38,7 @@ from ollama_py.server.bodies import (
     requested_model,
     token_ids,
 )
-from ollama_py.server.completion import CompletionRequest, Delta, Final, run_completion
+from ollama_py.server.completion import CompletionRequest, Delta, Final, rendered_prompt, run_completion
 from ollama_py.server.metrics import queue_counts
 from ollama_py.server.model_lookup import check_chat_capabilities, check_media, find_model, merged_options
 from ollama_py.server.offload import LONG, count, per_item
@@ -231,6 +231,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     context = await token_ids(body, "context")
     raw = field(body, "raw", bool, False)
     suffix = field(body, "suffix", str)
+    render_only = field(body, "_debug_render_only", bool, False)
     images = await checked_images(body.get("images"))
     if raw and (template or system or context):
         raise BadRequest("raw mode does not support template, system, or context")
@@ -263,6 +264,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         sys_text = system if system is not None else model.system
         system_message: list[Message] = [{"role": "system", "content": sys_text}] if sys_text else []
         req.messages = [*system_message, {"role": "user", "content": prompt}]
+    if render_only:
+        return await _render_only(request, req, {"model": raw_name, "response": ""})
 
     def chunk(text: str, thinking: str = "", created_at: str = "",
               probs: list[dict[str, Any]] | None = None) -> GenerateResponse:
@@ -295,6 +298,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 yield out
 
     return await _reply(request, body, events(), req.lane)
+
+
+async def _render_only(request: web.Request, req: CompletionRequest, answer: dict[str, Any]) -> web.Response:
+    """Ollama's `_debug_render_only`: the prompt the request would send, in one JSON answer (streamed or not), the
+    response's other fields empty and not done, as Ollama answers it."""
+    prompt, images = await rendered_prompt(request.app[SCHEDULER], req)
+    info: dict[str, Any] = {"rendered_template": prompt}
+    if images:
+        info["image_count"] = images
+    model = answer.pop("model")
+    return web.json_response({"model": model, "created_at": now_rfc3339(), **answer, "done": False,
+                              "_debug_info": info})
 
 
 def _think(body: dict[str, Any], model: Model) -> bool | str | None:
@@ -376,6 +391,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         messages = _check_messages(raw_messages)
     tools = _check_tools(body.get("tools"))
     ka = keep_alive(body)
+    render_only = field(body, "_debug_render_only", bool, False)
     model = await find_model(request, name, raw_name)
     await per_item(n_messages, check_chat_capabilities, model, raw_name, messages, tools,
                    lambda: _check_think(body, model, raw_name))
@@ -391,6 +407,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                             logprobs=top, started=started, truncate=field(body, "truncate", bool, True),
                             shift=field(body, "shift", bool, True),
                             progress=_progress(body))
+    if render_only:
+        return await _render_only(request, req, {"model": raw_name, "message": {"role": "", "content": ""}})
 
     def chunk(text: str, thinking: str = "", created_at: str = "",
               probs: list[dict[str, Any]] | None = None) -> ChatResponse:
