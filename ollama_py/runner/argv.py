@@ -38,6 +38,7 @@ class LaunchSpec:
     cache_ram_mib: int | None = None  # --cache-ram: the host prompt cache's cap (0: off); None: llama-server's 8 GiB
     slot_save_path: Path | None = None  # --slot-save-path: where slots are saved at unload (runner/slot_cache.py)
     kv_overrides: tuple[str, ...] = ()  # --override-kv KEY=TYPE:VALUE: an Ollama-published GGUF read as meant
+    text_only_copy: Path | None = None  # where model's text-only copy is read from (runner/gguf_compat.py)
     extra: tuple[str, ...] = field(default=())
 
 
@@ -55,7 +56,7 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
     running request at once in llama-server)."""
     argv = [
         str(binary),
-        "--model", str(spec.model),
+        "--model", str(spec.text_only_copy or spec.model),
         "--host", "127.0.0.1",
         "--port", str(port),
         "-c", str(spec.num_ctx * spec.parallel),

@@ -1,6 +1,7 @@
 """GGUFs published by Ollama that upstream llama.cpp misreads or cannot read (pure: a GGUF header in, a verdict out).
 
-    ollama_layout(info) -> Layout(overrides, note)
+    ollama_layout(info) -> Layout(overrides, note, text_only)
+    write_text_only(src, dst)     the copy a text_only layout is read from
 
 Ollama's library publishes some models in a layout of its own: metadata under other names or missing, a vision
 encoder inside the model file, an architecture spelled its own way. Ollama loads them through a translation layer
@@ -16,15 +17,27 @@ with Ollama (OLLAMA_MODELS=~/.ollama/models) holds such files, so:
         RoPE bases under Ollama's names (rope.global/local.freq_base), or without the linear RoPE scaling of the
         128K-context sizes;
       * Mistral 3 files with their YaRN parameters under Ollama's names;
-  - what needs tensors renamed, dropped or reshaped cannot be done from outside the runner: `note` says why, and
-    the runner's load error carries it (the load is still tried: a newer llama.cpp may read the file), so a user
-    reads "this GGUF is in Ollama's own layout" instead of only "wrong number of tensors".
+  - a vision or audio encoder inside the model file (Ollama's Gemma 3 4B and up, Mistral 3, Llama 4, Qwen 3 VL),
+    where llama.cpp's text loader wants only the text model's tensors, and a vocabulary longer than the token
+    embeddings (Ollama leaves Gemma 3's multimodal tokens in): the text model is read from a copy of the file
+    without those tensors and with its vocabulary cut to its embeddings (write_text_only, once per model, under
+    the data dir; a copy whose model is gone is removed with it, or by the next prune). The images it could see are
+    not seen: its encoder is in no projector llama.cpp reads;
+  - what needs tensors renamed or reshaped (an architecture of Ollama's own name) cannot be done from outside the
+    runner: `note` says why, and the runner's load error carries it (the load is still tried: a newer llama.cpp
+    may read the file), so a user reads "this GGUF is in Ollama's own layout" instead of only "unknown model
+    architecture".
 Files without those markers (every GGUF llama.cpp's converter writes) get nothing.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
 
 from ollama_py.store.gguf_meta import GGUFInfo
 
@@ -47,6 +60,7 @@ class Layout:
 
     overrides: tuple[str, ...] = ()  # each one `--override-kv` argument, KEY=TYPE:VALUE
     note: str = ""  # why llama-server may fail to load it ("" when nothing is known against it)
+    text_only: bool = False  # its text model is read from a copy without the encoder (write_text_only)
 
 
 def ollama_layout(info: GGUFInfo | None) -> Layout:
@@ -63,13 +77,20 @@ def ollama_layout(info: GGUFInfo | None) -> Layout:
     if encoder:
         notes.append(f"{encoder} tensor{'' if encoder == 1 else 's'} of a vision or audio encoder inside the model "
                      "file, where llama.cpp wants them in a separate projector file")
+    if _surplus_vocabulary(info):
+        notes.append(f"a vocabulary of {_surplus_vocabulary(info)} tokens for {_embedding_rows(info)} token "
+                     "embeddings")
     if arch == "llama":
         overrides += _llama3(info)
     elif arch == "gemma3":
-        overrides += _gemma3(info, notes)
+        overrides += _gemma3(info)
     elif arch == "mistral3":
         overrides += _mistral3(info)
-    return Layout(tuple(overrides), _note("; ".join(notes)) if notes else "")
+    if not notes:
+        return Layout(tuple(overrides))
+    # both are undone in a copy of the file: the text model's tensors and a vocabulary cut to its embeddings
+    return Layout(tuple(overrides), _note("; ".join(notes) + "; its text model was read from a copy without "
+                                          "them"), text_only=True)
 
 
 def _note(reason: str) -> str:
@@ -79,6 +100,18 @@ def _note(reason: str) -> str:
 
 def _encoder_tensors(info: GGUFInfo) -> int:
     return sum(1 for name, _type, _shape in info.tensor_table if name.startswith(_ENCODER_PREFIXES))
+
+
+def _embedding_rows(info: GGUFInfo) -> int | None:
+    return next((shape[1] for name, _type, shape in info.tensor_table
+                 if name == "token_embd.weight" and len(shape) >= 2), None)
+
+
+def _surplus_vocabulary(info: GGUFInfo) -> int:
+    """The vocabulary's length where it lists more tokens than the model has embeddings (Ollama leaves its
+    multimodal tokens in; llama.cpp refuses the embeddings' shape), else 0."""
+    rows, tokens = _embedding_rows(info), info.kv.get("tokenizer.ggml.tokens")
+    return len(tokens) if rows is not None and isinstance(tokens, list) and len(tokens) > rows else 0
 
 
 def _token(info: GGUFInfo, index: int) -> str | None:
@@ -134,7 +167,7 @@ def _llama3(info: GGUFInfo) -> list[str]:
     return out
 
 
-def _gemma3(info: GGUFInfo, notes: list[str]) -> list[str]:
+def _gemma3(info: GGUFInfo) -> list[str]:
     """Ollama's Gemma 3 markers: its converter's key names (nested RoPE bases, padding/unknown-token flags, the
     multimodal token count) or no RMS-norm epsilon, which every such file lacks."""
     kv = info.kv
@@ -159,11 +192,6 @@ def _gemma3(info: GGUFInfo, notes: list[str]) -> list[str]:
         out.append(_f("gemma3.attention.layer_norm_rms_epsilon", 1e-6))
     if (_int(info, "gemma3.context_length") or 0) >= 131072 and "gemma3.rope.scaling.type" not in kv:
         out += ["gemma3.rope.scaling.type=str:linear", _f("gemma3.rope.scaling.factor", 8.0)]
-    rows = next((shape[1] for name, _type, shape in info.tensor_table
-                 if name == "token_embd.weight" and len(shape) >= 2), None)
-    tokens = kv.get("tokenizer.ggml.tokens")
-    if rows is not None and isinstance(tokens, list) and len(tokens) > rows:
-        notes.append(f"a vocabulary of {len(tokens)} tokens for {rows} token embeddings")
     return out
 
 
@@ -181,3 +209,58 @@ def _mistral3(info: GGUFInfo) -> list[str]:
     if out and _default_pre(info):
         out.append("tokenizer.ggml.pre=str:tekken")
     return out
+
+
+TEXT_ONLY_DIR = "text-only"  # under the data dir: the copies write_text_only makes, one per model blob
+
+_VOCABULARY_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+
+
+def write_text_only(src: Path, dst: Path) -> None:
+    """(Blocking: a copy of the model's text weights.) `src` as llama.cpp's text loader reads it: without the
+    tensors of an encoder inside it, its vocabulary arrays cut to its token embeddings' rows; every other key/value
+    and tensor as it is. Written beside `dst` and renamed onto it, so a copy cut short is never read."""
+    reader = gguf.GGUFReader(str(src))
+    embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    rows = int(embd.shape[1]) if embd is not None and len(embd.shape) >= 2 else None
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".partial")
+    os.close(handle)
+    writer_path = Path(name)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(writer_path), str(arch))
+    try:
+        for field in reader.fields.values():
+            if field.name.startswith("GGUF.") or field.name == "general.architecture":
+                continue
+            kind = field.types[0]
+            value = field.contents()
+            if field.name in _VOCABULARY_ARRAYS and rows is not None and isinstance(value, list):
+                value = value[:rows]
+            writer.add_key_value(field.name, value, kind,
+                                 sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+        kept = [t for t in reader.tensors if not t.name.startswith(_ENCODER_PREFIXES)]
+        for tensor in kept:
+            writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
+                                   tensor.tensor_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for tensor in kept:
+            writer.write_tensor_data(tensor.data)
+        writer.close()
+        os.replace(writer_path, dst)
+    finally:
+        writer.close()
+        writer_path.unlink(missing_ok=True)
+
+
+def sweep_copies(directory: Path, blobs: Path) -> list[str]:
+    """(Blocking.) Remove the text-only copies whose model blob is gone from `blobs` (a model deleted, or pruned);
+    the names removed."""
+    removed = []
+    for copy in directory.glob("sha256-*.gguf"):
+        if not (blobs / copy.name.removesuffix(".gguf")).exists():
+            copy.unlink(missing_ok=True)
+            removed.append(copy.name)
+    return removed

@@ -175,6 +175,8 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         draft_max=options.get("draft_num_predict") or None,
         cache_ram_mib=cache_ram // memory.MiB,
         kv_overrides=layout.overrides,
+        text_only_copy=(settings.data_dir / gguf_compat.TEXT_ONLY_DIR / f"{model.model_path.name}.gguf"
+                        if layout.text_only and not getattr(model, "shards", ()) else None),
     )
     # one runner per weights, adapters, projectors and draft: two models on the same weights with another
     # projector (vision, audio) or none are two runners, each started with its own --mmproj
@@ -246,6 +248,7 @@ class VariantRunner(RunnerProcess):
         self.candidates = list(candidates)
         self._bad = bad
         self._shard_links = shard_links  # where a split GGUF's shards are linked under llama.cpp's names
+        self._copying = asyncio.Lock()  # the model's text-only copy (LaunchSpec.text_only_copy) being written
         super().__init__(lambda port: build_argv(self.spec, self.candidates[0][1], port), **kwargs)
         self._base_env = self._env
 
@@ -261,6 +264,9 @@ class VariantRunner(RunnerProcess):
         if self.spec.shards and self._shard_links is not None and self.spec.model == self.spec.shards[0]:
             first = await asyncio.to_thread(shards.link_shards, self.spec.shards, self._shard_links)
             self.spec = dataclasses.replace(self.spec, model=first)
+        if self.spec.text_only_copy is not None:
+            async with self._copying:  # one copy at a time, whoever waits for the start
+                await asyncio.to_thread(_text_only_copy, self.spec.model, self.spec.text_only_copy, self.name)
         while True:
             try:
                 return await super().ensure_ready()
@@ -297,6 +303,20 @@ class VariantRunner(RunnerProcess):
             log.warning("RPC workers unreachable, loading %s without them: %s", self.name, ", ".join(down))
             # a split planned for the workers that answered no longer applies
             self.spec = dataclasses.replace(self.spec, rpc_servers=tuple(up), tensor_split=())
+
+
+def _text_only_copy(model: Path, copy: Path, name: str) -> None:
+    """(Blocking.) The text-only copy of an Ollama-layout model unless it is there, and no copy left of a model
+    since deleted."""
+    if copy.exists():
+        return
+    log.info("runner %s: writing a text-only copy of its Ollama-layout GGUF to %s", name, copy)
+    try:
+        gguf_compat.sweep_copies(copy.parent, model.parent)
+        gguf_compat.write_text_only(model, copy)
+    except (OSError, ValueError) as e:
+        raise RunnerLoadError(f"cannot write a text-only copy of the model to {copy.parent}: "
+                              f"{getattr(e, 'strerror', None) or e}") from None
 
 
 def runner_factory(settings: Settings, env: dict[str, str] | None = None,

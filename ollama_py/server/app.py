@@ -10,11 +10,12 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from ollama_py.config import Settings
+from ollama_py.runner import gguf_compat
 from ollama_py.scheduler.model_settings import runner_flags
 from ollama_py.scheduler.scheduler import Scheduler
 from ollama_py.server import appkeys
 from ollama_py.server.access_log import access_log_middleware
-from ollama_py.server.blob_prune import prune_while_serving
+from ollama_py.server.blob_prune import prune_while_serving, sweep_text_only
 from ollama_py.server.connections import ConnectionGuard, default_max_connections, open_file_limit
 from ollama_py.server.errors import error_middleware
 from ollama_py.server.live_config import LiveConfig, while_serving
@@ -83,6 +84,7 @@ def create_app(settings: Settings, *, scheduler: Scheduler | None = None,
             removed = await asyncio.to_thread(store.prune)
             if removed:
                 log.info("pruned %d unused blobs and partial files", len(removed))
+            await asyncio.to_thread(sweep_text_only, store, settings.data_dir / gguf_compat.TEXT_ONLY_DIR)
         await live.load()  # the config file's model tables, before the scheduler plans with them
         sched = scheduler
         if sched is None:

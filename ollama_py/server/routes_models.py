@@ -22,8 +22,9 @@ from ollama_py.api.options import format_params
 from ollama_py.api.wire import ShowResponse
 from ollama_py.errors import REMOTE_DETAILS, BadRequest, InvalidModelName, ModelNotFound, NotFound
 from ollama_py.modelfile.serializer import build_modelfile, serialize_modelfile
+from ollama_py.runner import gguf_compat
 from ollama_py.server.appkeys import CONFIG, METRICS, SCHEDULER, SETTINGS, STORE
-from ollama_py.server.blob_prune import holds_blobs
+from ollama_py.server.blob_prune import holds_blobs, sweep_text_only
 from ollama_py.server.bodies import field, model_name, read_json, requested_model, stored_model
 from ollama_py.server.model_lookup import find_model, store_to_write
 from ollama_py.server.streaming import collect, ndjson
@@ -190,6 +191,8 @@ async def delete(request: web.Request) -> web.Response:
         await scheduler.unload(model, keep_slots=False)
         await scheduler.forget_slots(model)  # its prompt cache on disk goes with it
     await asyncio.to_thread(store.delete, name)
+    # a text-only copy of its weights (an Ollama-layout GGUF: runner/gguf_compat.py) goes with them
+    await asyncio.to_thread(sweep_text_only, store, request.app[SETTINGS].data_dir / gguf_compat.TEXT_ONLY_DIR)
     request.app[METRICS].forget_model(model.name.short)
     return web.Response(status=200)
 

@@ -388,18 +388,27 @@ def _finish(writer: gguf.GGUFWriter, tensors: dict[str, np.ndarray], path: str |
 
 def rewrite_gguf(src: Path, dst: Path, *, drop: tuple[str, ...] = (), rename: dict[str, str] | None = None,
                  add: dict[str, tuple[Any, gguf.GGUFValueType]] | None = None,
-                 tensors: dict[str, np.ndarray] | None = None) -> Path:
+                 tensors: dict[str, np.ndarray] | None = None, arch: str | None = None,
+                 more_tokens: int = 0) -> Path:
     """A copy of `src` with the key/values in `drop` left out, those in `rename` under their new names, `add`'s
-    added ({key: (value, type)}) and `tensors` appended; every tensor of `src` is copied as it is (quantized ones
-    too), as gguf-py's own metadata editor copies them."""
+    added ({key: (value, type)}), `tensors` appended, another architecture name, and `more_tokens` tokens more in
+    the vocabulary than the model has embeddings; every tensor of `src` is copied as it is (quantized ones too),
+    as gguf-py's own metadata editor copies them."""
     reader = gguf.GGUFReader(str(src))
     rename = rename or {}
-    writer = gguf.GGUFWriter(str(dst), str(reader.fields["general.architecture"].contents()))
+    writer = gguf.GGUFWriter(str(dst), arch or str(reader.fields["general.architecture"].contents()))
     for field in reader.fields.values():
         if field.name.startswith("GGUF.") or field.name in ("general.architecture", *drop):
             continue
         kind = field.types[0]
-        writer.add_key_value(rename.get(field.name, field.name), field.contents(), kind,
+        value = field.contents()
+        if more_tokens and field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                                          "tokenizer.ggml.token_type"):
+            filler = {"tokenizer.ggml.tokens": "<extra_token>", "tokenizer.ggml.scores": 0.0}
+            value = [*value, *([filler.get(field.name, 1)] * more_tokens)]
+            if field.name == "tokenizer.ggml.tokens":
+                value[-more_tokens:] = [f"<extra_token_{i}>" for i in range(more_tokens)]
+        writer.add_key_value(rename.get(field.name, field.name), value, kind,
                              sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
     for key, (value, kind) in (add or {}).items():
         writer.add_key_value(key, value, kind)

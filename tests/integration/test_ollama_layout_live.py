@@ -48,14 +48,37 @@ def test_an_ollama_gemma3_loads_and_answers_as_the_same_weights_converted_by_lla
     assert theirs["eval_count"] == ours["eval_count"]
 
 
-def test_a_vision_encoder_inside_the_model_file_fails_with_a_reason_a_user_can_act_on(live_server,
-                                                                                        tmp_path) -> None:
-    mono = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "smollm2-mono.gguf",
-                        tensors={"v.blk.0.attn_q.weight": np.zeros((8, 8), dtype=np.float32)})
-    create_from_file(live_server.url, "smollm2-mono", mono)
-    status, body = generate(live_server, "smollm2-mono")
+def test_an_ollama_gemma3_with_its_vision_encoder_inside_answers_from_a_text_only_copy(
+        live_server, tmp_path) -> None:
+    """Ollama's Gemma 3 4B and up: the encoder's tensors inside the model file, the multimodal tokens left in the
+    vocabulary, Ollama's key names."""
+    mono = rewrite_gguf(required_path("OLLAMA_PY_TEST_GEMMA"), tmp_path / "gemma3-mono.gguf", more_tokens=3,
+                        drop=("gemma3.attention.layer_norm_rms_epsilon",),
+                        rename={"gemma3.rope.freq_base": "gemma3.rope.global.freq_base"},
+                        tensors={"v.blk.0.attn_q.weight": np.zeros((8, 8), dtype=np.float32),
+                                 "mm.input_projection.weight": np.ones((4, 8), dtype=np.float32)})
+    create_from_file(live_server.url, "gemma3-llamacpp", Path(os.environ["OLLAMA_PY_TEST_GEMMA"]))
+    create_from_file(live_server.url, "gemma3-mono", mono)
+    status, theirs = generate(live_server, "gemma3-mono")
+    assert status == 200, theirs  # before: "wrong number of tensors" (or the vocabulary's shape)
+    status, ours = generate(live_server, "gemma3-llamacpp")
+    assert status == 200, ours
+    assert theirs["response"] and theirs["response"] == ours["response"]
+    copies = list((Path(live_server.env["OLLAMA_PY_DATA_DIR"]) / "text-only").glob("sha256-*.gguf"))
+    assert len(copies) == 1  # written once, kept for the next load
+    status, again = generate(live_server, "gemma3-mono")
+    assert (status, again["response"]) == (200, theirs["response"])
+    assert list((Path(live_server.env["OLLAMA_PY_DATA_DIR"]) / "text-only").glob("sha256-*.gguf")) == copies
+    assert live_server.api("DELETE", "/api/delete", json={"model": "gemma3-mono"}).status_code == 200
+    assert not copies[0].exists()  # the copy goes with its model
+
+
+def test_an_architecture_of_ollamas_own_name_fails_with_a_reason_a_user_can_act_on(live_server, tmp_path) -> None:
+    renamed = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "olmo3.gguf", arch="olmo3")
+    create_from_file(live_server.url, "olmo3-ollama", renamed)
+    status, body = generate(live_server, "olmo3-ollama")
     assert status == 500
-    assert "wrong number of tensors" in body["error"]  # llama-server's own words, then why
-    assert "this GGUF is in Ollama's own layout (1 tensor of a vision or audio encoder inside the model file" \
-        in body["error"]
+    assert "unknown model architecture: 'olmo3'" in body["error"]  # llama-server's own words, then why
+    assert "this GGUF is in Ollama's own layout (architecture 'olmo3', which llama.cpp reads as 'olmo2' only once " \
+        "translated)" in body["error"]
     assert "\n" not in body["error"]

@@ -117,3 +117,16 @@ async def test_serve_prunes_an_old_orphan_every_prune_interval(fake_app, aiohttp
         await asyncio.sleep(0.1)
     assert not path.exists()
     assert (await client.head(f"/api/blobs/{digest}")).status == 404
+
+
+def test_a_text_only_copy_goes_with_the_blob_it_was_made_from(tmp_path: Path) -> None:
+    store = ModelStore(make_settings(tmp_path).models)
+    kept = stored(store, b"a model's weights", age=60)
+    orphan = stored(store, b"a model deleted meanwhile", age=2 * GRACE_SECONDS)
+    copies = tmp_path / "text-only"
+    copies.mkdir()
+    for blob in (kept, orphan):
+        (copies / f"{blob.name}.gguf").write_bytes(b"its text-only copy")
+    assert prune_once(store, text_only=copies) == [orphan.name, f"{orphan.name}.gguf"]
+    assert [p.name for p in copies.iterdir()] == [f"{kept.name}.gguf"]
+    assert prune_once(store, text_only=tmp_path / "never-made") == []  # no copies yet: nothing to do

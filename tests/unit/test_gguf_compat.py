@@ -12,7 +12,7 @@ import pytest
 
 from ollama_py.api.names import parse_name
 from ollama_py.runner.argv import LaunchSpec, build_argv
-from ollama_py.runner.gguf_compat import Layout, ollama_layout
+from ollama_py.runner.gguf_compat import Layout, ollama_layout, sweep_copies, write_text_only
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
 from ollama_py.store.models import ModelStore
@@ -29,7 +29,10 @@ def llama3_tokens() -> list[str]:
 
 
 def info(arch: str, kv: dict[str, object] | None = None, tensors: tuple[str, ...] = ("token_embd.weight",),
-         rows: int = 32) -> GGUFInfo:
+         rows: int | None = None) -> GGUFInfo:
+    """A GGUF header: token embeddings for every token of the vocabulary unless `rows` says how many."""
+    tokens = (kv or {}).get("tokenizer.ggml.tokens")
+    rows = rows if rows is not None else len(tokens) if isinstance(tokens, list) else 32
     table = tuple((name, "F32", (8, rows) if name == "token_embd.weight" else (8, 8)) for name in tensors)
     return GGUFInfo({"general.architecture": arch, **(kv or {})}, table)
 
@@ -88,10 +91,11 @@ def test_a_vision_encoder_inside_the_model_file_is_named_in_the_note() -> None:
                       tensors=("token_embd.weight", "blk.0.attn_q.weight", "v.blk.0.attn_q.weight",
                                "v.patch_embd.weight", "mm.input_projection.weight"), rows=32)
     layout = ollama_layout(monolithic)
-    assert layout.overrides == ()
+    assert layout.overrides == () and layout.text_only
     assert layout.note.startswith("this GGUF is in Ollama's own layout (3 tensors of a vision or audio encoder "
                                   "inside the model file")
-    assert "a vocabulary of 40 tokens for 32 token embeddings" in layout.note
+    assert "a vocabulary of 40 tokens for 32 token embeddings; its text model was read from a copy without them" \
+        in layout.note
     assert "use a GGUF converted by llama.cpp" in layout.note
     # the same encoder in a projector file is where llama.cpp wants it
     projector = info("clip", {"general.type": "projector"}, tensors=("v.blk.0.attn_q.weight", "mm.0.weight"))
@@ -101,7 +105,7 @@ def test_a_vision_encoder_inside_the_model_file_is_named_in_the_note() -> None:
 @pytest.mark.parametrize(("arch", "theirs"), [("gptoss", "gpt-oss"), ("qwen25vl", "qwen2vl"), ("olmo3", "olmo2")])
 def test_an_architecture_of_ollamas_own_name_is_named_in_the_note(arch: str, theirs: str) -> None:
     layout = ollama_layout(info(arch))
-    assert layout.overrides == ()
+    assert layout.overrides == () and not layout.text_only
     assert f"architecture '{arch}', which llama.cpp reads as '{theirs}' only once translated" in layout.note
 
 
@@ -161,27 +165,65 @@ def test_a_stored_ollama_gemma3_is_planned_with_its_overrides(tmp_path: Path) ->
     assert ollama_layout(read_gguf_info(tmp_path / "t.gguf")) == Layout()
 
 
-def write_monolithic(path: Path) -> Path:
+def write_monolithic(path: Path, more_tokens: int = 0) -> Path:
     """The test suite's tiny model with a vision encoder's tensors inside it, as Ollama publishes Gemma 3."""
-    return rewrite_gguf(write_tiny_gguf(path.with_suffix(".plain.gguf")), path,
-                        tensors={"v.blk.0.attn_q.weight": np.zeros((8, 8), dtype=np.float32)})
+    return rewrite_gguf(write_tiny_gguf(path.with_suffix(".plain.gguf")), path, more_tokens=more_tokens,
+                        tensors={"v.blk.0.attn_q.weight": np.zeros((8, 8), dtype=np.float32),
+                                 "mm.input_projection.weight": np.ones((4, 8), dtype=np.float32)})
+
+
+def test_the_text_only_copy_holds_the_text_model_and_a_vocabulary_cut_to_its_embeddings(tmp_path: Path) -> None:
+    mono = write_monolithic(tmp_path / "mono.gguf", more_tokens=5)
+    plain = read_gguf_info(tmp_path / "mono.plain.gguf")
+    assert ollama_layout(read_gguf_info(mono)).text_only
+    write_text_only(mono, tmp_path / "copies" / "copy.gguf")
+    assert [p.name for p in (tmp_path / "copies").iterdir()] == ["copy.gguf"]  # nothing half-written left
+    copy = read_gguf_info(tmp_path / "copies" / "copy.gguf")
+    assert copy.tensor_table == plain.tensor_table  # the text model's tensors, as they were
+    assert copy.kv == plain.kv  # every key/value, the vocabulary back to its 32 tokens
+    assert ollama_layout(copy) == Layout()
+    reader = gguf.GGUFReader(str(tmp_path / "copies" / "copy.gguf"))
+    before = gguf.GGUFReader(str(tmp_path / "mono.plain.gguf"))
+    for ours, theirs in zip(reader.tensors, before.tensors, strict=True):
+        assert np.array_equal(ours.data, theirs.data)
+
+
+def test_copies_of_models_gone_from_the_store_are_removed(tmp_path: Path) -> None:
+    blobs, copies = tmp_path / "blobs", tmp_path / "copies"
+    blobs.mkdir()
+    copies.mkdir()
+    (blobs / "sha256-aa").write_bytes(b"x")
+    for name in ("sha256-aa.gguf", "sha256-bb.gguf"):
+        (copies / name).write_bytes(b"copy")
+    sweep_copies(copies, blobs)
+    assert [p.name for p in copies.iterdir()] == ["sha256-aa.gguf"]
+
+
+def test_a_monolithic_model_is_planned_from_its_copy_under_the_data_dir(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    create_tiny_model(settings, write_monolithic(tmp_path / "mono.gguf"), name="mono")
+    model = ModelStore(settings.models).load(parse_name("mono"))
+    plan = plan_load(settings, [], 64 << 30, model, {}, False)
+    assert model.model_path is not None
+    assert plan.spec.text_only_copy == settings.data_dir / "text-only" / f"{model.model_path.name}.gguf"
+    argv = build_argv(plan.spec, "llama-server", 8080)
+    assert argv[argv.index("--model") + 1] == str(plan.spec.text_only_copy)
 
 
 async def test_a_load_failure_of_an_ollama_layout_file_says_why(fake_app, aiohttp_client, tmp_path: Path) -> None:
-    failure = ("llama_model_load: error loading model: done_getting_tensors: wrong number of tensors; expected 21, "
-               "got 20")
+    failure = "llama_model_load: error loading model: unknown model architecture: 'gptoss'"
     settings, app = fake_app({"FAKE_LOAD_FAIL": failure})
-    create_tiny_model(settings, write_monolithic(tmp_path / "mono.gguf"), name="mono")
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "gptoss.gguf", arch="gptoss"), name="gpt-oss")
     client = await aiohttp_client(app)
-    r = await client.post("/api/generate", json={"model": "mono", "prompt": "hi", "stream": False})
+    r = await client.post("/api/generate", json={"model": "gpt-oss", "prompt": "hi", "stream": False})
     assert r.status == 500
     error = (await r.json())["error"]
-    assert "wrong number of tensors; expected 21, got 20" in error
-    assert error.endswith("(this GGUF is in Ollama's own layout (1 tensor of a vision or audio encoder inside the "
-                          "model file, where llama.cpp wants them in a separate projector file), which upstream "
-                          "llama.cpp does not read: use a GGUF converted by llama.cpp (from Hugging Face, or "
-                          "`ollama-py create` from the model's safetensors))")
+    assert "unknown model architecture: 'gptoss'" in error
+    assert error.endswith("(this GGUF is in Ollama's own layout (architecture 'gptoss', which llama.cpp reads as "
+                          "'gpt-oss' only once translated), which upstream llama.cpp does not read: use a GGUF "
+                          "converted by llama.cpp (from Hugging Face, or `ollama-py create` from the model's "
+                          "safetensors))")
     # a model without such a layout fails with llama-server's words only
     r = await client.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False})
     error = (await r.json())["error"]
-    assert "wrong number of tensors" in error and "Ollama's own layout" not in error
+    assert "unknown model architecture" in error and "Ollama's own layout" not in error
