@@ -176,10 +176,6 @@ class GGUFInfo:
         return any(name == "cls.output.weight" for name, _type, _shape in self.tensor_table)
 
     @property
-    def has_vision(self) -> bool:
-        return self._arch("vision.block_count") is not None
-
-    @property
     def projector_media(self) -> frozenset[str]:
         """What a projector (mmproj) file encodes: "vision", "audio" or both, as llama.cpp writes it
         (clip.has_vision_encoder / clip.has_audio_encoder); a projector from before those keys is a vision one."""

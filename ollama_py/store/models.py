@@ -111,8 +111,10 @@ class Model:
         if self.is_reranker:
             return ("rerank",)
         caps.append("embedding" if info is not None and info.is_embedding else "completion")
+        # images come through a projector only: an encoder inside the model file (Ollama's own layout) is left out of
+        # the copy llama-server reads (runner/gguf_compat.py), so such a model sees no image here
         media = self.projector_media or (frozenset({"vision"}) if self.projectors else frozenset())
-        if "vision" in media or (info is not None and info.has_vision):
+        if "vision" in media:
             caps.append("vision")
         if "audio" in media:
             caps.append("audio")

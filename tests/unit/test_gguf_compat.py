@@ -227,3 +227,17 @@ async def test_a_load_failure_of_an_ollama_layout_file_says_why(fake_app, aiohtt
     r = await client.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False})
     error = (await r.json())["error"]
     assert "unknown model architecture" in error and "Ollama's own layout" not in error
+
+
+async def test_an_encoder_inside_the_model_file_claims_no_vision(fake_app, aiohttp_client, tmp_path: Path) -> None:
+    """Its encoder is left out of the copy llama-server reads: no image would be seen, so none is accepted."""
+    settings, app = fake_app()
+    mono = rewrite_gguf(write_monolithic(tmp_path / "mono.gguf"), tmp_path / "mono-vision.gguf",
+                        add={"llama.vision.block_count": (2, gguf.GGUFValueType.UINT32)})
+    create_tiny_model(settings, mono, name="mono")
+    client = await aiohttp_client(app)
+    show = await (await client.post("/api/show", json={"model": "mono"})).json()
+    assert show["capabilities"] == ["completion"]
+    r = await client.post("/api/chat", json={"model": "mono", "messages": [
+        {"role": "user", "content": "what is this?", "images": ["iVBORw0KGgo="]}]})
+    assert r.status == 400 and (await r.json())["error"] == "\"mono\" does not support vision"
