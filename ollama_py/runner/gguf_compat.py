@@ -32,7 +32,9 @@ Files without those markers (every GGUF llama.cpp's converter writes) get nothin
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,10 +222,13 @@ def write_text_only(src: Path, dst: Path) -> None:
     """(Blocking: a copy of the model's text weights.) `src` as llama.cpp's text loader reads it: without the
     tensors of an encoder inside it, its vocabulary arrays cut to its token embeddings' rows; every other key/value
     and tensor as it is. Written beside `dst` and renamed onto it, so a copy cut short is never read."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    need, free = src.stat().st_size, shutil.disk_usage(dst.parent).free
+    if free < need + (1 << 30):  # the copy is at most the file's size; a GiB left beside it
+        raise OSError(errno.ENOSPC, f"{need / 2**30:.1f} GiB are needed and {free / 2**30:.1f} GiB are free")
     reader = gguf.GGUFReader(str(src))
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     rows = int(embd.shape[1]) if embd is not None and len(embd.shape) >= 2 else None
-    dst.parent.mkdir(parents=True, exist_ok=True)
     handle, name = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".partial")
     os.close(handle)
     writer_path = Path(name)

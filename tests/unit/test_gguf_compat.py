@@ -4,6 +4,8 @@ tests/integration/test_ollama_layout_live.py."""
 
 from __future__ import annotations
 
+import errno
+import shutil
 from pathlib import Path
 
 import gguf
@@ -241,3 +243,13 @@ async def test_an_encoder_inside_the_model_file_claims_no_vision(fake_app, aioht
     r = await client.post("/api/chat", json={"model": "mono", "messages": [
         {"role": "user", "content": "what is this?", "images": ["iVBORw0KGgo="]}]})
     assert r.status == 400 and (await r.json())["error"] == "\"mono\" does not support vision"
+
+
+def test_no_copy_is_started_without_room_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mono = write_monolithic(tmp_path / "mono.gguf")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=512 << 20))  # the disk's answer
+    with pytest.raises(OSError, match=r"GiB are needed and 0\.5 GiB are free") as caught:
+        write_text_only(mono, tmp_path / "copies" / "copy.gguf")
+    assert caught.value.errno == errno.ENOSPC
+    assert list((tmp_path / "copies").iterdir()) == []
