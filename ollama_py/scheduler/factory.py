@@ -83,6 +83,9 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
     gpus = devices.pinned_gpus(gpus, runner.devices)
     shape = _shape_of_stored(model)
     assert model.model_path is not None  # else _shape_of_stored raised ModelNotFound
+    layout = gguf_compat.ollama_layout(getattr(model, "info", None))
+    if layout.text_only:  # its encoder stays out of the copy the runner reads
+        shape = dataclasses.replace(shape, projector_bytes=0)
     num_ctx = int(options.get("num_ctx") or settings.context_length)
     num_ctx = max(num_ctx, 4)
     if shape.context_length:
@@ -148,7 +151,6 @@ def plan_load(settings: Settings, gpus: list[gpu_probe.GpuInfo], system_free: in
         if size_vram and n_gpu_layers != 0:
             size_vram += draft_bytes
             vram_need += draft_bytes
-    layout = gguf_compat.ollama_layout(getattr(model, "info", None))
     if layout.overrides:
         log.info("model %s is an Ollama-published GGUF: read with --override-kv %s", getattr(model, "name", ""),
                  " ".join(layout.overrides))

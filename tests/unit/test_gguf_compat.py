@@ -210,6 +210,10 @@ def test_a_monolithic_model_is_planned_from_its_copy_under_the_data_dir(tmp_path
     assert plan.spec.text_only_copy == settings.data_dir / "text-only" / f"{model.model_path.name}.gguf"
     argv = build_argv(plan.spec, "llama-server", 8080)
     assert argv[argv.index("--model") + 1] == str(plan.spec.text_only_copy)
+    # its memory is its text model's: the same as the file without the encoder
+    create_tiny_model(settings, tmp_path / "mono.plain.gguf", name="plain")
+    plain = plan_load(settings, [], 64 << 30, ModelStore(settings.models).load(parse_name("plain")), {}, False)
+    assert (plan.size, plan.size_vram) == (plain.size, plain.size_vram)
 
 
 async def test_a_load_failure_of_an_ollama_layout_file_says_why(fake_app, aiohttp_client, tmp_path: Path) -> None:
