@@ -171,3 +171,4 @@ class ShowResponse(TypedDict):
     messages: NotRequired[list[Message]]  # the model's MESSAGE layer
     tensors: NotRequired[list[Tensor]]  # verbose only
     projector_info: NotRequired[dict[str, Any]]  # a multimodal model's projector's metadata, as model_info
+    requires: NotRequired[str]  # the Ollama version the model needs (REQUIRES)

@@ -159,8 +159,8 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         prompt: str = req.prompt or ""
         if images and prompt.count(MEDIA_MARKER) < len(images):
             prompt = MEDIA_MARKER * (len(images) - prompt.count(MEDIA_MARKER)) + prompt
-    elif req.model.template:
-        prompt = await render_off_loop(req.model.template, messages=messages, tools=req.tools, suffix=req.suffix,
+    elif req.model.prompt_template:
+        prompt = await render_off_loop(req.model.prompt_template, messages=messages, tools=req.tools, suffix=req.suffix,
                                        think=req.think)
     else:  # the GGUF's own template: in-process where that matches the runner, else its /apply-template
         prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client)
@@ -349,11 +349,11 @@ class _Split:
             return None
         thinking = None
         if req.thinks:
-            opening, closing = infer_tags(req.model.template or "")
+            opening, closing = infer_tags(req.model.prompt_template or "")
             thinking = ThinkingParser(opening, closing, inside=prompt_text(prompt).rstrip().endswith(opening))
         calls = None
         if req.tools:  # the tag comes from rendering the template (once per template, off the loop; then no thread)
-            template = req.model.template
+            template = req.model.prompt_template
             tag = known_tool_tag(template)
             if tag is None:
                 tag = await asyncio.to_thread(infer_tool_tag, template)
@@ -404,7 +404,7 @@ def _budget_fields(req: CompletionRequest, thinking: ThinkingParser) -> dict[str
     the thinking tags (the ones the completion's parser splits at) it forces the closing tag. When the prompt
     already opened the block, the opening is the `generation_prompt` the budget starts counting from (else it
     waits to see the model open it)."""
-    budget = think_budget(req.think, req.options.get("reasoning_budget"), req.model.template)
+    budget = think_budget(req.think, req.options.get("reasoning_budget"), req.model.prompt_template)
     if budget is None:
         return {}
     # the message field is what arms the forcing (without it llama-server counts but never closes the block)

@@ -59,7 +59,7 @@ async def find_model(request: web.Request, name: ModelName, raw: str, *,
     if at and canonical_digest(digest) != canonical_digest(model.digest):
         raise ModelNotFound(raw)  # name@sha256:<digest> names one version of the model: another one is not it
     current_stats().note_model(model)  # the access log and /metrics label requests with it
-    await warm_template(model.template)  # its capabilities read the parsed template on the loop
+    await warm_template(model.prompt_template)  # its capabilities read the parsed template on the loop
     return model
 
 

@@ -118,7 +118,9 @@ async def show(request: web.Request) -> web.Response:
                          more_from=[str(p) for p in model.shards[1:]], template=template, system=system,
                          parameters=model.params, messages=model.messages,
                          licenses=model.licenses, adapters=[str(a) for a in model.adapters],
-                         draft=str(model.draft_path) if model.draft_path else None)
+                         draft=str(model.draft_path) if model.draft_path else None,
+                         **{key: value for key in ("renderer", "parser", "requires")
+                            if isinstance(value := model.config.get(key), str) and value})
     out: ShowResponse = {
         "license": "\n".join(model.licenses),
         "modelfile": serialize_modelfile(mf, header=model.name.short),
@@ -132,6 +134,8 @@ async def show(request: web.Request) -> web.Response:
     }
     if model.messages:
         out["messages"] = model.messages
+    if isinstance(requires := model.config.get("requires"), str) and requires:
+        out["requires"] = requires  # the Ollama version the model needs (REQUIRES), as Ollama shows it
 
     copilot = request.headers.get("User-Agent", "").startswith(COPILOT_CHAT)
 

@@ -239,7 +239,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     model = await find_model(request, name, raw_name)
     if template:
         await parse_off_loop(template)  # a template that does not parse is a 400, as in Ollama
-        model = dataclasses.replace(model, template=template)
+        # the request's template renders, whatever renderer the model names (Ollama: a template given executes)
+        model = dataclasses.replace(model, template=template, config={**model.config, "renderer": ""})
     if "completion" not in model.capabilities:  # an embedding model or a reranker
         raise BadRequest(f'"{raw_name}" does not support generate')
     check_media(model.capabilities, raw_name, images)

@@ -84,6 +84,17 @@ class Model:
     def digest(self) -> str:
         return self.manifest.digest
 
+    @functools.cached_property
+    def prompt_template(self) -> str | None:
+        """The Go template prompts are rendered with: the TEMPLATE layer, unless the model names one of Ollama's
+        built-in renderers (`RENDERER qwen3-coder`, `qwen3.5`, ...: Ollama renders those in Go code, and their
+        TEMPLATE is a `{{ .Prompt }}` stub) and its GGUF carries a chat template, the format those renderers
+        reproduce: then None, and the GGUF's own template renders the prompt, as llama-server renders it."""
+        renderer = self.config.get("renderer")
+        if isinstance(renderer, str) and renderer and self.info is not None and self.info.chat_template:
+            return None
+        return self.template
+
     @property
     def parent_model(self) -> str:
         layers = self.manifest.layers_of(MEDIA_MODEL)
@@ -118,12 +129,12 @@ class Model:
             caps.append("vision")
         if "audio" in media:
             caps.append("audio")
-        if self.template is not None:
-            if template_uses(self.template, "Tools"):
+        if self.prompt_template is not None:
+            if template_uses(self.prompt_template, "Tools"):
                 caps.append("tools")
-            if template_uses(self.template, "Suffix"):
+            if template_uses(self.prompt_template, "Suffix"):
                 caps.append("insert")
-            if template_uses(self.template, "Thinking"):
+            if template_uses(self.prompt_template, "Thinking"):
                 caps.append("thinking")
         elif info is not None and info.chat_template and "tools" in info.chat_template:
             # No Go template: llama-server renders the GGUF's own Jinja template, tools included.
