@@ -31,7 +31,7 @@ def test_llama_facts(llama: Path) -> None:
     assert (info.context_length, info.embedding_length, info.block_count) == (256, N_EMBD, 1)
     assert (info.head_count, info.head_count_kv) == (4, 2)
     assert info.chat_template == CHAT_TEMPLATE
-    assert not info.is_embedding and not info.is_projector and not info.is_adapter and not info.has_vision
+    assert not info.is_embedding and not info.is_projector and not info.is_adapter
     assert len(info.tensors) == 12
     assert ("token_embd.weight", "F16", [N_EMBD, N_VOCAB]) in info.tensors
     assert ("blk.0.attn_norm.weight", "F32", [N_EMBD]) in info.tensors
