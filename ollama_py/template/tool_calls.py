@@ -11,12 +11,18 @@ Ollama's rules (tools/tools.go), which the parser follows:
   * Only what may still become a call is held back: the end of the text while it could be the start of the tag,
     a JSON value until it is complete. The moment it cannot be a call any more it is released as text.
 Without a template to ask (a GGUF's own chat template) the tag is `<tool_call>`, the most common one.
+
+After the tag, a call may also be Qwen3-Coder's XML, which Qwen 3.5 and later write too (Ollama's qwen3-coder and
+qwen3.5 PARSERs): `<function=NAME>` then `<parameter=P>VALUE</parameter>` for each argument, then `</function>`.
+Each value is text, read as the tool's JSON schema types that parameter (an integer, a number, a boolean, an object
+or an array as JSON; a string, or a value that does not read as its type, as the text it is).
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,6 +33,8 @@ from ollama_py.memo import Memo
 from ollama_py.template.prompt import render_prompt
 
 DEFAULT_TAG = "<tool_call>"
+_XML_FUNCTION, _XML_END = "<function=", "</function>"
+_XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
 JSON_TAG = "{"  # the template writes the call's JSON with nothing before it
 _PROBE_NAME = "zz_probe_tool_zz"
 _PROBE_TEXT = "zz_probe_text_zz"
@@ -143,6 +151,9 @@ class ToolCallParser:
     def __init__(self, tools: Sequence[Mapping[str, Any]], tag: str = DEFAULT_TAG) -> None:
         self.names = {t["function"]["name"] for t in tools
                       if isinstance(t.get("function"), Mapping) and isinstance(t["function"].get("name"), str)}
+        self._types = {t["function"]["name"]: _parameter_types(t["function"]) for t in tools
+                       if isinstance(t.get("function"), Mapping) and isinstance(t["function"].get("name"), str)}
+        self._xml = False  # the open call is XML (<function=...>), not JSON
         self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
         self.closing = _closing(self.tag)
         self._state = _State.TEXT
@@ -171,6 +182,9 @@ class ToolCallParser:
         (a JSON value that was complete enough to parse still becomes a call); a partial closing tag is dropped."""
         held, self._held = self._held, ""
         state, self._state = self._state, _State.TEXT
+        if state is _State.CALL and self._xml:  # no </function>: not a call
+            self._xml = False
+            return self._opening + held, []
         if state is _State.AFTER:
             return "", []
         if state is _State.CALL:
@@ -213,11 +227,22 @@ class ToolCallParser:
         self._opening = tag
         self._scan = _JsonEnd()
         self._checked = False
+        self._xml = False
 
     def _call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
         """`buf`: everything since the tag (or the JSON's first character)."""
+        if self._xml:
+            return self._xml_call(buf, out, calls)
         if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
             body = buf.lstrip()
+            if self._opening and body and body[0] == "<":  # after the tag: perhaps <function=... (XML)
+                if body.startswith(_XML_FUNCTION):
+                    self._opening += buf[: len(buf) - len(body)]
+                    self._xml = True
+                    return self._xml_call(body, out, calls)
+                if _XML_FUNCTION.startswith(body):
+                    self._held = buf
+                    return ""
             if body.startswith("```"):
                 fence_end = body.find("\n")
                 if fence_end < 0:
@@ -247,6 +272,35 @@ class ToolCallParser:
         calls.extend(found)
         self._state, self._at_start = _State.AFTER, True
         return buf[end:]
+
+    def _xml_call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
+        """`buf`: from `<function=` on; held until `</function>`, then a call, or text if it names no tool."""
+        end = buf.find(_XML_END)
+        if end < 0:
+            self._held = buf
+            return ""
+        end += len(_XML_END)
+        call = self._xml_of(buf[:end])
+        if call is None:
+            self._xml = False
+            return self._not_a_call(buf, out, end)
+        call["function"]["index"] = self._count
+        self._count += 1
+        calls.append(call)
+        self._state, self._at_start, self._xml = _State.AFTER, True, False
+        return buf[end:]
+
+    def _xml_of(self, block: str) -> ToolCall | None:
+        head_end = block.find(">")
+        name = block[len(_XML_FUNCTION):head_end].strip()
+        if name not in self.names:
+            return None
+        types = self._types.get(name, {})
+        args = {}
+        for match in _XML_PARAMETER.finditer(block, head_end):
+            key = match.group(1).strip()
+            args[key] = _typed(match.group(2).removeprefix("\n").removesuffix("\n"), types.get(key))
+        return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
 
     def _not_a_call(self, buf: str, out: list[str], end: int = 1) -> str:
         """What looked like a call is text: the tag and the value (or its first character) go out, and the
@@ -307,6 +361,42 @@ class ToolCallParser:
         if not isinstance(name, str) or name not in self.names or not isinstance(args, dict):
             return None
         return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
+
+
+def _parameter_types(function: Mapping[str, Any]) -> dict[str, str]:
+    """Each parameter's JSON-schema type (the first named, where a list is given); none where it says none."""
+    params = function.get("parameters")
+    props = params.get("properties") if isinstance(params, Mapping) else None
+    out: dict[str, str] = {}
+    for key, schema in (props or {}).items() if isinstance(props, Mapping) else ():
+        kind = schema.get("type") if isinstance(schema, Mapping) else None
+        if isinstance(kind, list):
+            kind = next((k for k in kind if isinstance(k, str) and k != "null"), None)
+        if isinstance(kind, str):
+            out[str(key)] = kind
+    return out
+
+
+def _typed(text: str, kind: str | None) -> Any:
+    """An XML parameter's text as its schema's type says (text where it does not read as that type)."""
+    if kind in (None, "string"):
+        return text
+    value = text.strip()
+    if kind == "boolean":
+        return {"true": True, "false": False}.get(value.lower(), text)
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return text
+    if kind == "integer" and isinstance(parsed, int) and not isinstance(parsed, bool):
+        return parsed
+    if kind == "number" and isinstance(parsed, (int, float)) and not isinstance(parsed, bool):
+        return parsed
+    if (kind == "object" and isinstance(parsed, dict)) or (kind == "array" and isinstance(parsed, list)):
+        return parsed
+    if kind == "null" and parsed is None:
+        return None
+    return text
 
 
 def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]], tag: str = DEFAULT_TAG

@@ -56,3 +56,31 @@ async def test_a_template_the_request_gives_renders_whatever_the_renderer(client
     assert await rendered(client, "/api/generate", model="coder", prompt="hi", template="<{{ .Prompt }}>") == "<hi>"
     assert await rendered(client, "/api/generate", model="coder", prompt="hi") == \
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+CODER_CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+              "</parameter>\n</function>\n</tool_call>")
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "the weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+
+
+async def test_a_qwen3_coder_model_answers_its_tool_calls_as_tool_calls(fake_app, aiohttp_client,
+                                                                        tmp_path: Path) -> None:
+    """Qwen3-Coder writes its calls as XML (Ollama's `PARSER qwen3-coder`): they come back as tool_calls, on the
+    native and the OpenAI routes."""
+    settings, app = fake_app({"FAKE_REPLY": CODER_CALL})
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "tools.gguf", chat_template=template), name="coder",
+                      template="{{ .Prompt }}", renderer="qwen3-coder", parser="qwen3-coder")
+    client = await aiohttp_client(app)
+    ask = [{"role": "user", "content": "weather in Paris?"}]
+    r = await client.post("/api/chat", json={"model": "coder", "messages": ask, "tools": WEATHER, "stream": False})
+    body = await r.json()
+    assert r.status == 200, body
+    assert body["message"]["content"] == ""
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in body["message"]["tool_calls"]] == [
+        ("get_weather", {"city": "Paris", "days": 3})]
+    r = await client.post("/v1/chat/completions", json={"model": "coder", "messages": ask, "tools": WEATHER})
+    choice = (await r.json())["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris", "days": 3}'
