@@ -163,7 +163,9 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         prompt = await render_off_loop(req.model.prompt_template, messages=messages, tools=req.tools, suffix=req.suffix,
                                        think=req.think)
     else:  # the GGUF's own template: in-process where that matches the runner, else its /apply-template
-        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client)
+        # `think: false` to a model whose template thinks: rendered with enable_thinking off, as Ollama renders it
+        think_off = req.think is False and "thinking" in req.model.capabilities
+        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client, think_off=think_off)
     if images:
         return {"prompt_string": _apart(prompt), "multimodal_data": images}
     if req.context:

@@ -251,15 +251,18 @@ def _render_as(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[T
 
 
 async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Sequence[Tool] | None,
-                           runner: RunnerCalls) -> str:
+                           runner: RunnerCalls, *, think_off: bool = False) -> str:
     """The prompt from the model's GGUF chat template: rendered here where that is known to match the runner,
     else by the runner's /apply-template. A template that passes a render limit here is a 400 (JinjaLimit): the
-    runner's engine has no such limits."""
+    runner's engine has no such limits. `think_off`: with enable_thinking false (the request's `think: false`)."""
     chat = gguf_chat_template(model, bool(tools))
     body, shape, limits, images = await per_item(len(messages), _prepared, messages, tools)
     request: dict[str, Any] = {"messages": body}
     if tools:
         request["tools"] = tools
+    if think_off:
+        request["chat_template_kwargs"] = {"enable_thinking": False}
+        shape = (*shape, "think_off")  # its own verdict: the runner renders it with thinking off
     if chat is None or images or _huge(body):
         return (await runner.post("/apply-template", request))["prompt"]
     verdicts = _verdicts.setdefault(runner, {})

@@ -46,6 +46,7 @@ from ollama_py.store.manifests import (
     Manifest,
     ManifestStore,
 )
+from ollama_py.template.jinja_chat import template_thinks
 from ollama_py.template.prompt import template_uses  # which variables a Go template really references
 
 log = logging.getLogger(__name__)
@@ -136,9 +137,13 @@ class Model:
                 caps.append("insert")
             if template_uses(self.prompt_template, "Thinking"):
                 caps.append("thinking")
-        elif info is not None and info.chat_template and "tools" in info.chat_template:
-            # No Go template: llama-server renders the GGUF's own Jinja template, tools included.
-            caps.append("tools")
+        elif info is not None and info.chat_template:
+            # No Go template: llama-server renders the GGUF's own Jinja template, tools included, and thinks where
+            # the template says so (Ollama's chatTemplateCapabilities)
+            if "tools" in info.chat_template:
+                caps.append("tools")
+            if template_thinks(info.chat_template):
+                caps.append("thinking")
         return tuple(caps)
 
     @functools.cached_property

@@ -4,6 +4,7 @@
     render_chat(chat, messages, tools=..., add_generation_prompt=True) -> str
     check_chat_template(chat)        JinjaLimit for a template that loops or explodes on a plain conversation
     check_gguf_chat_templates(kv)    the same for each template a GGUF carries (what /api/create runs)
+    template_thinks(source)          Ollama's thinking capability of a chat template
 
 A GGUF carries its chat template as Jinja source (`tokenizer.chat_template`). llama-server renders it with
 llama.cpp's own Jinja engine (common/jinja) for /apply-template and applies it at load. Asking the runner costs
@@ -357,6 +358,15 @@ def _environment() -> _Sandbox:
 _COMPILED: collections.OrderedDict[str, jinja2.Template] = collections.OrderedDict()
 _COMPILED_KEPT = 64
 _compile_lock = threading.Lock()
+
+
+def template_thinks(source: str) -> bool:
+    """Ollama's thinking capability of a Jinja chat template (chatTemplateHasThinkingSupport): it writes <think> and
+    </think>, or splits past answers at </think> (some Qwen and DeepSeek templates) without reasoning_content."""
+    if "<think>" in source and "</think>" in source:
+        return True
+    return (("content.split('</think>')" in source or 'content.split("</think>")' in source)
+            and "reasoning_content" not in source and "<SPECIAL_12>" not in source)
 
 
 def is_compiled(source: str) -> bool:
