@@ -163,9 +163,10 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         prompt = await render_off_loop(req.model.prompt_template, messages=messages, tools=req.tools, suffix=req.suffix,
                                        think=req.think)
     else:  # the GGUF's own template: in-process where that matches the runner, else its /apply-template
-        # `think: false` to a model whose template thinks: rendered with enable_thinking off, as Ollama renders it
-        think_off = req.think is False and "thinking" in req.model.capabilities
-        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client, think_off=think_off)
+        # a model whose template thinks renders with enable_thinking as `think` says (on unless false), as Ollama
+        # renders it; llama-server's own default is off for a template its parsers do not know
+        thinking = req.think is not False if "thinking" in req.model.capabilities else None
+        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client, thinking=thinking)
     if images:
         return {"prompt_string": _apart(prompt), "multimodal_data": images}
     if req.context:

@@ -251,18 +251,18 @@ def _render_as(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[T
 
 
 async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Sequence[Tool] | None,
-                           runner: RunnerCalls, *, think_off: bool = False) -> str:
+                           runner: RunnerCalls, *, thinking: bool | None = None) -> str:
     """The prompt from the model's GGUF chat template: rendered here where that is known to match the runner,
     else by the runner's /apply-template. A template that passes a render limit here is a 400 (JinjaLimit): the
-    runner's engine has no such limits. `think_off`: with enable_thinking false (the request's `think: false`)."""
+    runner's engine has no such limits. `thinking`: enable_thinking as given (None: the runner's default)."""
     chat = gguf_chat_template(model, bool(tools))
     body, shape, limits, images = await per_item(len(messages), _prepared, messages, tools)
     request: dict[str, Any] = {"messages": body}
     if tools:
         request["tools"] = tools
-    if think_off:
-        request["chat_template_kwargs"] = {"enable_thinking": False}
-        shape = (*shape, "think_off")  # its own verdict: the runner renders it with thinking off
+    if thinking is not None:
+        request["chat_template_kwargs"] = {"enable_thinking": thinking}
+        shape = (*shape, thinking)  # a verdict of its own: the runner renders it with thinking as told
     if chat is None or images or _huge(body):
         return (await runner.post("/apply-template", request))["prompt"]
     verdicts = _verdicts.setdefault(runner, {})

@@ -1,6 +1,6 @@
 """A GGUF chat template that thinks (Ollama's chatTemplateHasThinkingSupport: <think>...</think> in it) gives its
-model the thinking capability, as current Ollama does: thoughts come apart from the answer, and `think: false`
-renders the template with enable_thinking off (over the fake runner)."""
+model the thinking capability, as current Ollama does: thoughts come apart from the answer, and `think` reaches
+the template as enable_thinking (over the fake runner)."""
 
 from __future__ import annotations
 
@@ -49,12 +49,15 @@ async def test_a_thinking_template_gives_thinking_and_its_thoughts_come_apart(cl
     assert (body["message"]["thinking"], body["message"]["content"]) == ("two and two", "four")
 
 
-async def test_think_false_renders_with_enable_thinking_off(client, tmp_path: Path) -> None:
+async def test_think_reaches_the_template_as_enable_thinking(client, tmp_path: Path) -> None:
     await chat(client, "qwen", think=False)
     sent = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
     renders = [b for b in sent if "messages" in b]
     assert renders and all(b.get("chat_template_kwargs") == {"enable_thinking": False} for b in renders)
-    await chat(client, "qwen")
+    await chat(client, "qwen")  # thinking, as a thinking model does unless told not to
+    sent = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
+    assert [b for b in sent if "messages" in b][-1]["chat_template_kwargs"] == {"enable_thinking": True}
+    await chat(client, "plain")  # a template that does not think: the runner's default
     sent = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
     assert "chat_template_kwargs" not in [b for b in sent if "messages" in b][-1]
 
