@@ -27,12 +27,15 @@ def test_think_false_renders_with_thinking_off_in_the_runner_and_here(live_serve
     create_from_file(live_server.url, "thinker", thinker)
     show = live_server.api("POST", "/api/show", json={"model": "thinker"}).json()
     assert "thinking" in show["capabilities"]
-    for _ in range(3):  # the first render is the runner's; the next ones are made here, as it was found to make them
-        for think, prompt in ((False, OPEN + "<think>\n\n</think>\n\n"), (True, OPEN)):
-            r = live_server.api("POST", "/api/chat", json={"model": "thinker", "messages": ASK, "think": think,
-                                                           "_debug_render_only": True})
-            assert r.status_code == 200, r.text
-            assert r.json()["_debug_info"]["rendered_template"] == prompt
-    r = live_server.api("POST", "/api/chat", json={"model": "thinker", "messages": ASK, "think": False,
-                                                   "stream": False, "options": {"num_predict": 4}})
-    assert r.status_code == 200 and r.json()["done"] is True
+    try:
+        for _ in range(3):  # the first render is the runner's; the next ones are made here, as it was found to
+            for think, prompt in ((False, OPEN + "<think>\n\n</think>\n\n"), (True, OPEN)):  # make them
+                r = live_server.api("POST", "/api/chat", json={"model": "thinker", "messages": ASK, "think": think,
+                                                               "_debug_render_only": True})
+                assert r.status_code == 200, r.text
+                assert r.json()["_debug_info"]["rendered_template"] == prompt
+        r = live_server.api("POST", "/api/chat", json={"model": "thinker", "messages": ASK, "think": False,
+                                                       "stream": False, "options": {"num_predict": 4}})
+        assert r.status_code == 200 and r.json()["done"] is True
+    finally:
+        live_server.unload("thinker")  # the shared server's later tests count its runners

@@ -31,8 +31,10 @@ def gemma_as_ollama_writes_it(tmp_path_factory) -> Path:
 
 
 def generate(live_server, model: str) -> tuple[int, dict]:
+    """A greedy answer, the runner gone when it returns (the shared server's later tests count its runners)."""
     r = live_server.api("POST", "/api/generate", json={"model": model, "prompt": "The capital of France is",
                                                        "stream": False, "options": GREEDY, "keep_alive": 0})
+    live_server.unload(model)
     return r.status_code, r.json()
 
 
