@@ -1,7 +1,9 @@
-"""GGUFs published by Ollama that upstream llama.cpp misreads or cannot read (pure: a GGUF header in, a verdict out).
+"""GGUFs published by Ollama that upstream llama.cpp misreads or cannot read (no server here: a GGUF header in, a
+verdict out; and the copy a verdict may call for).
 
     ollama_layout(info) -> Layout(overrides, note, text_only)
-    write_text_only(src, dst)     the copy a text_only layout is read from
+    write_text_only(src, dst)     (blocking) the copy a text_only layout is read from
+    sweep_copies(dir, blobs)      (blocking) the copies whose model blob is gone, removed
 
 Ollama's library publishes some models in a layout of its own: metadata under other names or missing, a vision
 encoder inside the model file, an architecture spelled its own way. Ollama loads them through a translation layer

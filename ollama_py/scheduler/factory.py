@@ -308,13 +308,12 @@ class VariantRunner(RunnerProcess):
 
 
 def _text_only_copy(model: Path, copy: Path, name: str) -> None:
-    """(Blocking.) The text-only copy of an Ollama-layout model unless it is there, and no copy left of a model
-    since deleted."""
+    """(Blocking.) The text-only copy of an Ollama-layout model unless it is there (a copy goes with its model:
+    server/blob_prune.sweep_text_only)."""
     if copy.exists():
         return
     log.info("runner %s: writing a text-only copy of its Ollama-layout GGUF to %s", name, copy)
     try:
-        gguf_compat.sweep_copies(copy.parent, model.parent)
         gguf_compat.write_text_only(model, copy)
     except (OSError, ValueError) as e:
         raise RunnerLoadError(f"cannot write a text-only copy of the model to {copy.parent}: "
