@@ -81,8 +81,8 @@ def ollama_layout(info: GGUFInfo | None) -> Layout:
     if encoder:
         notes.append(f"{encoder} tensor{'' if encoder == 1 else 's'} of a vision or audio encoder inside the model "
                      "file, where llama.cpp wants them in a separate projector file")
-    if _surplus_vocabulary(info):
-        notes.append(f"a vocabulary of {_surplus_vocabulary(info)} tokens for {_embedding_rows(info)} token "
+    if surplus := _surplus_vocabulary(info):
+        notes.append(f"a vocabulary of {surplus} tokens for {_embedding_rows(info)} token "
                      "embeddings")
     if arch == "llama":
         overrides += _llama3(info)

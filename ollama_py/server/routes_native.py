@@ -266,7 +266,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         system_message: list[Message] = [{"role": "system", "content": sys_text}] if sys_text else []
         req.messages = [*system_message, {"role": "user", "content": prompt}]
     if render_only:
-        return await _render_only(request, req, {"model": raw_name, "response": ""})
+        return await _render_only(request, req, raw_name, {"response": ""})
 
     def chunk(text: str, thinking: str = "", created_at: str = "",
               probs: list[dict[str, Any]] | None = None) -> GenerateResponse:
@@ -301,15 +301,15 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return await _reply(request, body, events(), req.lane)
 
 
-async def _render_only(request: web.Request, req: CompletionRequest, answer: dict[str, Any]) -> web.Response:
+async def _render_only(request: web.Request, req: CompletionRequest, model: str,
+                       empty: dict[str, Any]) -> web.Response:
     """Ollama's `_debug_render_only`: the prompt the request would send, in one JSON answer (streamed or not), the
-    response's other fields empty and not done, as Ollama answers it."""
+    response's other fields (`empty`) empty and not done, as Ollama answers it."""
     prompt, images = await rendered_prompt(request.app[SCHEDULER], req)
     info: dict[str, Any] = {"rendered_template": prompt}
     if images:
         info["image_count"] = images
-    model = answer.pop("model")
-    return web.json_response({"model": model, "created_at": now_rfc3339(), **answer, "done": False,
+    return web.json_response({"model": model, "created_at": now_rfc3339(), **empty, "done": False,
                               "_debug_info": info})
 
 
@@ -409,7 +409,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
                             shift=field(body, "shift", bool, True),
                             progress=_progress(body))
     if render_only:
-        return await _render_only(request, req, {"model": raw_name, "message": {"role": "", "content": ""}})
+        return await _render_only(request, req, raw_name, {"message": {"role": "", "content": ""}})
 
     def chunk(text: str, thinking: str = "", created_at: str = "",
               probs: list[dict[str, Any]] | None = None) -> ChatResponse:

@@ -149,10 +149,10 @@ class ToolCallParser:
     returns what was still held back."""
 
     def __init__(self, tools: Sequence[Mapping[str, Any]], tag: str = DEFAULT_TAG) -> None:
-        self.names = {t["function"]["name"] for t in tools
-                      if isinstance(t.get("function"), Mapping) and isinstance(t["function"].get("name"), str)}
+        # each declared tool's parameter types (an XML call's values are read as them); its names, the calls allowed
         self._types = {t["function"]["name"]: _parameter_types(t["function"]) for t in tools
                        if isinstance(t.get("function"), Mapping) and isinstance(t["function"].get("name"), str)}
+        self.names = set(self._types)
         self._xml = False  # the open call is XML (<function=...>), not JSON
         self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
         self.closing = _closing(self.tag)
