@@ -3,7 +3,8 @@
     .venv/bin/python bench/gpu_speed_ab.py BEFORE_TREE AFTER_TREE [--blocks 12] [--per 40]
         [--route native|chat|generate]
 
-Each tree (a checkout or `git archive` of a commit, with this repository's .venv) runs its own `ollama-py serve`
+Each tree (a checkout or `git archive` of a commit, with this repository's .venv, or a venv of its own on another
+interpreter) runs its own `ollama-py serve`
 over the fake llama-server at bench/gpu_speed_fake.py's pace (first token after 2 ms, then 1 token/ms), all at
 once, so they share the machine's load moment by moment. Requests go to one serve at a time in blocks of `--per`,
 the order of the trees reversed every block: 8-token `/api/generate` (raw) or `/v1/chat/completions` (the GGUF's
@@ -33,6 +34,13 @@ from bench.common import Child, _wait_http, cpu_seconds, create_model, free_port
 from bench.gpu_speed_fake import MESSAGES, _runners_dir, timed  # noqa: E402
 
 
+def interpreter(tree: Path) -> str:
+    """The tree's own `.venv/bin/python` (a tree may bring another interpreter: another version, or another
+    build of the same one), else this one."""
+    own = tree / ".venv" / "bin" / "python"
+    return str(own) if own.exists() else sys.executable
+
+
 def start(tree: Path, tmp: Path) -> Child:
     """`ollama-py serve` of `tree` (its own store and fake runner under `tmp`)."""
     port = free_port()
@@ -42,7 +50,7 @@ def start(tree: Path, tmp: Path) -> Child:
            "OLLAMA_KEEP_ALIVE": "1h", "OLLAMA_NUM_PARALLEL": "4"}
     env.pop("OLLAMA_DEBUG", None)
     with open(tmp / "serve.log", "wb") as out:  # the child keeps its own descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "ollama_py", "serve"], env=env, cwd=tree, stdout=out,
+        proc = subprocess.Popen([interpreter(tree), "-m", "ollama_py", "serve"], env=env, cwd=tree, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     child = Child(proc, f"http://127.0.0.1:{port}", tmp / "serve.log")
     _wait_http(child, "/api/version", f"serve of {tree}", 60)
