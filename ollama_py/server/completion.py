@@ -33,6 +33,7 @@ from ollama_py.server.truncation import (
     without,
 )
 from ollama_py.template.forced_calls import ForcedCall
+from ollama_py.template.harmony import PRESERVED_TOKENS, HarmonyParser, prefill_of, reasoning_effort
 from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
 from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag, known_tool_tag
 
@@ -166,7 +167,8 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         # a model whose template thinks renders with enable_thinking as `think` says (on unless false), as Ollama
         # renders it; llama-server's own default is off for a template its parsers do not know
         thinking = req.think is not False if "thinking" in req.model.capabilities else None
-        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client, thinking=thinking)
+        effort = reasoning_effort(req.think) if req.model.harmony else None
+        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client, thinking=thinking, effort=effort)
     if images:
         return {"prompt_string": _apart(prompt), "multimodal_data": images}
     if req.context:
@@ -340,8 +342,9 @@ class _PromptIds:
 class _Split:
     """The thinking and tool-call parsers of one completion: an event's text as (thought, content, calls)."""
 
-    def __init__(self, thinking: ThinkingParser | None, calls: ToolCallParser | None, single: bool = False) -> None:
-        self.thinking, self.calls = thinking, calls
+    def __init__(self, thinking: ThinkingParser | None, calls: ToolCallParser | None, single: bool = False,
+                 harmony: HarmonyParser | None = None) -> None:
+        self.thinking, self.calls, self.harmony = thinking, calls, harmony
         self.room = 1 if single else -1  # calls still allowed (-1: any number)
 
     @classmethod
@@ -350,6 +353,11 @@ class _Split:
         call: no thinking or tags can come under its schema)."""
         if req.forced is not None:
             return None
+        if req.model.harmony and req.messages is not None:  # gpt-oss: its messages' channels say what is what
+            # a Go template leaves a final assistant message open for the answer to continue (a GGUF's own
+            # template, as llama-server renders it, closes it and opens a new one)
+            prefill = prefill_of(req.messages) if req.model.prompt_template else ""
+            return cls(None, None, req.single_call, HarmonyParser(req.tools, prefill))
         thinking = None
         if req.thinks:
             opening, closing = infer_tags(req.model.prompt_template or "")
@@ -366,6 +374,11 @@ class _Split:
     def add(self, content: str, stop: bool) -> tuple[str, str, list[ToolCall]]:
         thought = ""
         calls: list[ToolCall] = []
+        if self.harmony is not None:
+            thought, content, calls = self.harmony.add(content)
+            if stop:
+                more_thought, more_content, more_calls = self.harmony.finish()
+                thought, content, calls = thought + more_thought, content + more_content, calls + more_calls
         if self.thinking is not None:
             thought, content = self.thinking.add(content)
             if stop:
@@ -376,8 +389,8 @@ class _Split:
             if stop:
                 more_content, more_calls = self.calls.finish()
                 content, calls = content + more_content, calls + more_calls
-            if self.room >= 0 and calls:  # one call asked for: a model that makes more has them dropped
-                calls, self.room = calls[:self.room], max(0, self.room - len(calls))
+        if self.room >= 0 and calls:  # one call asked for: a model that makes more has them dropped
+            calls, self.room = calls[:self.room], max(0, self.room - len(calls))
         return thought, content, calls
 
 
@@ -399,6 +412,8 @@ def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any
         body["return_progress"] = True
     if thinking is not None:
         body.update(_budget_fields(req, thinking))
+    if req.model.harmony and req.messages is not None:  # its markers are control tokens: printed only if named
+        body["preserved_tokens"] = list(PRESERVED_TOKENS)
     return body
 
 

@@ -216,7 +216,7 @@ def _limits(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> Limits:
 
 
 def _candidates(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[Tool] | None,
-                ) -> list[tuple[_Verdict, str]]:
+                extra: dict[str, Any]) -> list[tuple[_Verdict, str]]:
     """Each way llama-server may have set up the render (its choices follow its analysis of the template), with
     the prompt it gives."""
     out = []
@@ -228,7 +228,7 @@ def _candidates(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[
             for thinking in (True, False):
                 try:
                     prompt = render_chat(chat, messages, tools=cast("Any", tools), enable_thinking=thinking,
-                                         limits=_limits(body, tools))
+                                         limits=_limits(body, tools), extra=extra)
                 except (JinjaUnsupported, TemplateError):
                     continue
                 out.append((_Verdict(thinking, args_as_object, merge_system, 1), prompt))
@@ -243,26 +243,28 @@ def _prepared(messages: Sequence[Message], tools: Sequence[Tool] | None,
 
 
 def _render_as(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[Tool] | None, verdict: _Verdict,
-               limits: Limits) -> str:
+               extra: dict[str, Any], limits: Limits) -> str:
     """render_chat set up as the runner was found to render this shape of request."""
     messages_in = _template_messages(body, verdict.args_as_object, verdict.merge_system)
     return render_chat(chat, messages_in, tools=cast("Any", tools), enable_thinking=bool(verdict.enable_thinking),
-                       limits=limits)
+                       limits=limits, extra=extra)
 
 
 async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Sequence[Tool] | None,
-                           runner: RunnerCalls, *, thinking: bool | None = None) -> str:
+                           runner: RunnerCalls, *, thinking: bool | None = None, effort: str | None = None) -> str:
     """The prompt from the model's GGUF chat template: rendered here where that is known to match the runner,
     else by the runner's /apply-template. A template that passes a render limit here is a 400 (JinjaLimit): the
-    runner's engine has no such limits. `thinking`: enable_thinking as given (None: the runner's default)."""
+    runner's engine has no such limits. `thinking`: enable_thinking as given (None: the runner's default);
+    `effort`: gpt-oss's reasoning_effort (None: the template's default)."""
     chat = gguf_chat_template(model, bool(tools))
     body, shape, limits, images = await per_item(len(messages), _prepared, messages, tools)
     request: dict[str, Any] = {"messages": body}
     if tools:
         request["tools"] = tools
-    if thinking is not None:
-        request["chat_template_kwargs"] = {"enable_thinking": thinking}
-        shape = (*shape, thinking)  # a verdict of its own: the runner renders it with thinking as told
+    extra: dict[str, Any] = {"reasoning_effort": effort} if effort else {}
+    if thinking is not None or extra:
+        request["chat_template_kwargs"] = {**({"enable_thinking": thinking} if thinking is not None else {}), **extra}
+        shape = (*shape, thinking, effort)  # a verdict of its own: the runner renders it with thinking as told
     if chat is None or images or _huge(body):
         return (await runner.post("/apply-template", request))["prompt"]
     verdicts = _verdicts.setdefault(runner, {})
@@ -272,7 +274,7 @@ async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Seq
         verdict.uses += 1
         if verdict.uses % _RECHECK_EVERY:
             try:
-                job = functools.partial(_render_as, chat, body, tools, verdict, limits=limits)
+                job = functools.partial(_render_as, chat, body, tools, verdict, extra, limits=limits)
                 inline = None
                 if is_compiled(chat.source) and _small(body, tools):
                     inline = functools.partial(job, limits=dataclasses.replace(limits, seconds=INLINE_CAP))
@@ -281,7 +283,7 @@ async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Seq
                 pass  # this request's content: the runner renders it
     prompt: str = (await runner.post("/apply-template", request))["prompt"]
     if verdict is None or verdict.enable_thinking is not None:
-        candidates = await _off_loop(_candidates, chat, body, tools)
+        candidates = await _off_loop(_candidates, chat, body, tools, extra)
         match = next((v for v, p in candidates if p == prompt), None)
         if match is None and verdict is not None:
             log.warning("chat template of %s renders differently here than in the runner: the runner renders it",

@@ -46,6 +46,7 @@ from ollama_py.store.manifests import (
     Manifest,
     ManifestStore,
 )
+from ollama_py.template.harmony import is_harmony
 from ollama_py.template.jinja_chat import template_thinks
 from ollama_py.template.prompt import template_uses  # which variables a Go template really references
 
@@ -96,6 +97,18 @@ class Model:
             return None
         return self.template
 
+    @functools.cached_property
+    def harmony(self) -> bool:
+        """gpt-oss's harmony format (template/harmony.py): its answers are read as messages on channels, its thinking
+        and tool calls from them, whatever its template says of tools or thinking (Ollama's shouldUseHarmony)."""
+        family = self.config.get("model_family") or (self.info.architecture if self.info is not None else "")
+        template = self.prompt_template
+        if template is None and self.info is not None:
+            template = self.info.chat_template
+        parser = self.config.get("parser")
+        return is_harmony(family if isinstance(family, str) else "", template,
+                          parser if isinstance(parser, str) else None)
+
     @property
     def parent_model(self) -> str:
         layers = self.manifest.layers_of(MEDIA_MODEL)
@@ -144,6 +157,8 @@ class Model:
                 caps.append("tools")
             if template_thinks(info.chat_template):
                 caps.append("thinking")
+        if self.harmony:  # its parser reads thinking and tool calls whatever the template shows
+            caps += [c for c in ("tools", "thinking") if c not in caps]
         return tuple(caps)
 
     @functools.cached_property

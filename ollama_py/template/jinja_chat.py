@@ -396,7 +396,8 @@ def _compiled(source: str) -> jinja2.Template:
 # -- rendering ---------------------------------------------------------------------------------------------------
 def render_chat(chat: ChatTemplate, messages: Sequence[Mapping[str, Any]], *,
                 tools: Sequence[Mapping[str, Any]] | None = None, add_generation_prompt: bool = True,
-                enable_thinking: bool = True, limits: Limits = DEFAULT_LIMITS) -> str:
+                enable_thinking: bool = True, limits: Limits = DEFAULT_LIMITS,
+                extra: Mapping[str, Any] | None = None) -> str:
     """The prompt for `messages` (OpenAI-shaped, as llama-server's /apply-template takes them). llama-server
     passes enable_thinking true unless its analysis of the template finds no thinking block. Raises JinjaLimit
     past a limit, JinjaUnsupported for what the sandbox cannot render."""
@@ -410,6 +411,8 @@ def render_chat(chat: ChatTemplate, messages: Sequence[Mapping[str, Any]], *,
         "datetime": time.strftime("%b %d %Y", now),
         "date_string": time.strftime("%d %b %Y", now),
     }
+    if extra:  # the request's own template variables (chat_template_kwargs: gpt-oss's reasoning_effort)
+        variables.update(extra)
     if tools:
         variables["tools"] = [dict(t) for t in tools]
     if add_generation_prompt:

@@ -26,6 +26,8 @@ Behaviour comes from the environment, so the gateway's argv stays the real one:
   FAKE_REPLY_WHEN=JSON       [[NEEDLE, TEXT], ...]: say the TEXT of the first NEEDLE found in the prompt (the
                              prompt's text), else FAKE_REPLY: a scripted agent turn -- call a tool, then answer once
                              the tool's result is in the prompt
+  FAKE_CONTROL_TOKENS=JSON   ["<|channel|>", ...]: pieces the vocabulary holds as control tokens; as llama-server
+                             does, a generated one adds no text unless the request's preserved_tokens names it
   FAKE_LOG_FILE=PATH         append each POSTed JSON request body as one line (exactly as received)
   FAKE_MODEL_MIB / FAKE_KV_MIB / FAKE_COMPUTE_MIB / FAKE_DEVICE   buffer sizes and device in the start-up log;
                              a GPU device (CUDA0, Vulkan0) also gets llama.cpp's host buffers of a full offload:
@@ -224,6 +226,7 @@ class Behaviour:
     reply: str = ""
     reply_split: str = ""
     reply_when: tuple[tuple[str, str], ...] = ()
+    control_tokens: frozenset[str] = frozenset()
     log_file: str = ""
     model_mib: float = 98.0
     kv_mib: float = 45.0
@@ -246,6 +249,7 @@ class Behaviour:
             reply=os.environ.get("FAKE_REPLY", ""), reply_split=os.environ.get("FAKE_REPLY_SPLIT", ""),
             reply_when=tuple((str(n), str(t)) for n, t in json.loads(os.environ.get("FAKE_REPLY_WHEN") or "[]")),
             log_file=os.environ.get("FAKE_LOG_FILE", ""),
+            control_tokens=frozenset(json.loads(os.environ.get("FAKE_CONTROL_TOKENS") or "[]")),
             model_mib=_env_float("FAKE_MODEL_MIB", 98.0), kv_mib=_env_float("FAKE_KV_MIB", 45.0),
             compute_mib=_env_float("FAKE_COMPUTE_MIB", 52.0), device=os.environ.get("FAKE_DEVICE", "") or "CPU",
             embedding_dim=_env_int("FAKE_EMBEDDING_DIM", 16), load_steps=_env_int("FAKE_LOAD_STEPS", 4),
@@ -689,6 +693,8 @@ class Completion:
             self.n_decoded += 1
             self.slot.n_decoded = self.n_decoded
             self.tokens.append(token)
+            if piece in b.control_tokens and piece not in (self.body.get("preserved_tokens") or ()):
+                piece = ""  # a control token: sampled, not printed
             self.text += piece or ""
             if piece is None:
                 self.stop_type = "eos"

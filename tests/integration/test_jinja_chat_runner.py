@@ -8,8 +8,6 @@ rendering (checked too)."""
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import socket
 import subprocess
 import time
@@ -22,7 +20,7 @@ import requests
 
 from ollama_py.server.rendering import _candidates, chat_template_from_kv, oai_message
 from ollama_py.store.gguf_meta import read_gguf_info
-from tests.helpers.paths import required_path
+from tests.helpers.paths import llama_cpp_templates_dir, required_path
 
 pytestmark = pytest.mark.integration
 
@@ -57,18 +55,6 @@ KNOWN_DIFFERENT: dict[str, dict[str, str]] = {
     "meetkai-functionary-medium-v3.1": {"tools": "llama-server's Functionary handler", "tool-call-and-result":
                                         "llama-server's Functionary handler"},
 }
-
-
-def _templates_dir() -> Path:
-    """models/templates of the llama.cpp source the test runner was built from (scripts/build_runners.sh keeps it
-    in the cache, as the build-info next to the binary says)."""
-    runner = required_path("OLLAMA_PY_TEST_RUNNER")
-    info = json.loads((runner.parent / "build-info.json").read_text())
-    cache = Path(os.environ.get("CACHE") or Path.home() / ".cache" / "ollama-py")
-    version = info["source_version"].removeprefix("llama-cpp-python-")
-    path = cache / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp" / "models" / "templates"
-    assert path.is_dir(), f"no llama.cpp templates at {path} (make test builds the runner from that source)"
-    return path
 
 
 def _free_port() -> int:
@@ -110,7 +96,7 @@ def _compare(url: str, kv: dict[str, Any], source: str | None) -> dict[str, str]
         r = requests.post(url + "/apply-template", json=request, timeout=30)
         chat = chat_template_from_kv(kv, bool(tools), source)
         assert chat is not None
-        renders = [prompt for _, prompt in _candidates(chat, body, tools)]  # type: ignore[arg-type]
+        renders = [prompt for _, prompt in _candidates(chat, body, tools, {})]  # type: ignore[arg-type]
         if r.status_code != 200:  # the runner refuses (its error goes to the client): so must we
             out[name] = "same" if not renders else f"runner refuses ({r.text[:200]}); ours renders"
             continue
@@ -123,7 +109,7 @@ def test_every_llama_cpp_template_renders_here_as_the_runner_renders_it():
     model = required_path("OLLAMA_PY_TEST_MODEL")
     kv = read_gguf_info(model).kv
     failures = []
-    templates = sorted(_templates_dir().glob("*.jinja"))
+    templates = sorted(llama_cpp_templates_dir().glob("*.jinja"))
     assert len(templates) > 50
     for path in templates:
         with llama_server(model, path) as url:
