@@ -125,6 +125,7 @@ class _Verdict:
     args_as_object: bool  # tool-call arguments passed as objects (llama-server parses them for most templates)
     merge_system: bool  # a leading system message merged into the next (templates without a system role)
     uses: int = 0
+    thinking_copy: bool = False  # earlier answers' reasoning also as `thinking` (llama-server's gpt-oss, LFM2)
 
 
 # per runner (its client): a new runner, perhaps another build, is compared again
@@ -135,6 +136,8 @@ _templates: dict[tuple[str, bool], ChatTemplate | None] = {}
 def oai_message(m: Message) -> dict[str, Any]:
     """A message as llama-server's /apply-template takes it (OpenAI's shape)."""
     out: dict[str, Any] = {"role": m.get("role", "user"), "content": m.get("content") or ""}
+    if m.get("thinking"):  # an earlier answer's reasoning: the template decides whether it renders it
+        out["reasoning_content"] = m["thinking"]
     if m.get("tool_calls"):
         out["tool_calls"] = [
             {"id": tc.get("id") or f"call_{i}", "type": "function",
@@ -147,18 +150,24 @@ def oai_message(m: Message) -> dict[str, Any]:
     return out
 
 
+_HARMONY = "<|channel|>"  # how llama-server picks its gpt-oss handler for a template
+
+
 def _template_messages(body: list[dict[str, Any]], args_as_object: bool, merge_system: bool,
-                       ) -> list[dict[str, Any]]:
+                       thinking_copy: bool = False, harmony: bool = False) -> list[dict[str, Any]]:
     """The runner-shaped messages as llama-server hands them to the template (common_chat_msg's JSON: role,
-    content, tool_call_id, then tool_calls as type, function {name, arguments}, id). For a template that has no
-    system role, llama-server puts a leading system message's text in front of the next message's, or drops it
-    when alone."""
+    content, reasoning_content, tool_call_id, then tool_calls as type, function {name, arguments}, id). For a
+    template that has no system role, llama-server puts a leading system message's text in front of the next
+    message's, or drops it when alone. Some of its handlers (gpt-oss, LFM2) give the template the reasoning as
+    `thinking` too (`thinking_copy`); for gpt-oss's (`harmony`) an answer that calls a tool then has no content."""
     out = []
     if merge_system and body and body[0]["role"] == "system":
         body = [{**body[1], "content": body[0]["content"] + "\n" + body[1]["content"]}, *body[2:]] if len(body) > 1 \
             else []
     for m in body:
         msg: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+        if "reasoning_content" in m:
+            msg["reasoning_content"] = m["reasoning_content"]
         if "tool_call_id" in m:
             msg["tool_call_id"] = m["tool_call_id"]
         if "tool_calls" in m:
@@ -169,6 +178,10 @@ def _template_messages(body: list[dict[str, Any]], args_as_object: bool, merge_s
                               else tc["function"]["arguments"]},
                  "id": tc["id"]}
                 for tc in m["tool_calls"]]
+        if thinking_copy and "reasoning_content" in m:
+            msg["thinking"] = m["reasoning_content"]
+            if harmony and m.get("tool_calls"):
+                del msg["content"]
         out.append(msg)
     return out
 
@@ -222,16 +235,19 @@ def _candidates(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[
     out = []
     with_calls = any("tool_calls" in m for m in body)
     with_system = bool(body) and body[0]["role"] == "system"
+    with_reasoning = any("reasoning_content" in m for m in body)
+    harmony = _HARMONY in chat.source
     for merge_system in ((False, True) if with_system else (False,)):
         for args_as_object in ((True, False) if with_calls else (True,)):
-            messages = _template_messages(body, args_as_object, merge_system)
-            for thinking in (True, False):
-                try:
-                    prompt = render_chat(chat, messages, tools=cast("Any", tools), enable_thinking=thinking,
-                                         limits=_limits(body, tools), extra=extra)
-                except (JinjaUnsupported, TemplateError):
-                    continue
-                out.append((_Verdict(thinking, args_as_object, merge_system, 1), prompt))
+            for copy in ((False, True) if with_reasoning else (False,)):
+                messages = _template_messages(body, args_as_object, merge_system, copy, harmony)
+                for thinking in (True, False):
+                    try:
+                        prompt = render_chat(chat, messages, tools=cast("Any", tools), enable_thinking=thinking,
+                                             limits=_limits(body, tools), extra=extra)
+                    except (JinjaUnsupported, TemplateError):
+                        continue
+                    out.append((_Verdict(thinking, args_as_object, merge_system, 1, copy), prompt))
     return out
 
 
@@ -245,7 +261,8 @@ def _prepared(messages: Sequence[Message], tools: Sequence[Tool] | None,
 def _render_as(chat: ChatTemplate, body: list[dict[str, Any]], tools: Sequence[Tool] | None, verdict: _Verdict,
                extra: dict[str, Any], limits: Limits) -> str:
     """render_chat set up as the runner was found to render this shape of request."""
-    messages_in = _template_messages(body, verdict.args_as_object, verdict.merge_system)
+    messages_in = _template_messages(body, verdict.args_as_object, verdict.merge_system, verdict.thinking_copy,
+                                     _HARMONY in chat.source)
     return render_chat(chat, messages_in, tools=cast("Any", tools), enable_thinking=bool(verdict.enable_thinking),
                        limits=limits, extra=extra)
 

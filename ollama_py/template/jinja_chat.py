@@ -394,6 +394,10 @@ def _compiled(source: str) -> jinja2.Template:
 
 
 # -- rendering ---------------------------------------------------------------------------------------------------
+_PRESERVE_REASONING = {"preserve_reasoning": True, "preserve_thinking": True, "clear_thinking": False,
+                       "truncate_history_thinking": False, "drop_thinking": False}
+
+
 def render_chat(chat: ChatTemplate, messages: Sequence[Mapping[str, Any]], *,
                 tools: Sequence[Mapping[str, Any]] | None = None, add_generation_prompt: bool = True,
                 enable_thinking: bool = True, limits: Limits = DEFAULT_LIMITS,
@@ -411,8 +415,12 @@ def render_chat(chat: ChatTemplate, messages: Sequence[Mapping[str, Any]], *,
         "datetime": time.strftime("%b %d %Y", now),
         "date_string": time.strftime("%d %b %Y", now),
     }
+    # llama-server keeps earlier answers' reasoning (its preserve_reasoning default): the flags templates read for it
+    variables.update(_PRESERVE_REASONING)
     if extra:  # the request's own template variables (chat_template_kwargs: gpt-oss's reasoning_effort)
         variables.update(extra)
+        if "reasoning_effort" in extra:  # llama-server binds both names to the level
+            variables["reasoning_strength"] = extra["reasoning_effort"]
     if tools:
         variables["tools"] = [dict(t) for t in tools]
     if add_generation_prompt:

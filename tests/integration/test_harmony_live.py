@@ -15,6 +15,9 @@ from tests.helpers.serve import create_from_file
 pytestmark = pytest.mark.integration
 
 ASK = [{"role": "user", "content": "Say hello."}]
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                              "parameters": {"type": "object", "required": ["city"],
+                                                             "properties": {"city": {"type": "string"}}}}}]
 
 
 def test_gpt_oss_template_reasoning_levels_and_a_plain_answer(live_server, tmp_path) -> None:
@@ -37,6 +40,19 @@ def test_gpt_oss_template_reasoning_levels_and_a_plain_answer(live_server, tmp_p
         # and the in-process render was found to agree with the runner's (else serve warns and the runner renders)
         log = live_server.log_path.read_text().splitlines()
         assert not [line for line in log if "renders differently" in line and "harmony" in line]
+        # an agent's turn sends the call back with the reasoning it came with: the template renders it before the
+        # call (harmony keeps a tool-calling turn's analysis), here as in the runner
+        turn = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": "", "thinking": "Use the weather tool.",
+                 "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                {"role": "tool", "content": "sunny", "tool_name": "get_weather"}]
+        for _ in range(2):
+            r = live_server.api("POST", "/api/chat", json={"model": "harmony", "messages": turn, "tools": WEATHER,
+                                                           "_debug_render_only": True})
+            assert r.status_code == 200, r.text
+            prompt = r.json()["_debug_info"]["rendered_template"]
+            assert "<|channel|>analysis<|message|>Use the weather tool.<|end|>" in prompt, prompt
+            assert 'to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>' in prompt
         r = live_server.api("POST", "/api/chat", json={"model": "harmony", "messages": ASK, "stream": False,
                                                        "options": {"num_predict": 8, "temperature": 0}})
         assert r.status_code == 200, r.text

@@ -39,21 +39,35 @@ CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None
                               {"role": "assistant", "content": "",
                                "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                               {"role": "tool", "content": "sunny", "tool_name": "get_weather"}], TOOLS),
+    # an earlier answer's reasoning goes back as the client got it (reasoning_content to the runner)
+    "thinking-history": ([{"role": "user", "content": "Hello"},
+                          {"role": "assistant", "content": "Hi there", "thinking": "A greeting."},
+                          {"role": "user", "content": "How are you?"}], None),
+    "thinking-tool-call": ([{"role": "user", "content": "Weather in Paris?"},
+                            {"role": "assistant", "content": "", "thinking": "Use the tool.",
+                             "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                            {"role": "tool", "content": "sunny", "tool_name": "get_weather"}], TOOLS),
 }
 # Where the two engines part (the runner renders these; the reasons were read from the diffs).
 KNOWN_DIFFERENT: dict[str, dict[str, str]] = {
-    "Kimi-K2-Instruct": {"tool-call-and-result": "the template appends to a list (our sandbox is immutable)"},
-    "Kimi-K2-Thinking": {"tool-call-and-result": "the template appends to a list (our sandbox is immutable)"},
-    "deepseek-ai-DeepSeek-V4": {"system-multi-turn": "llama-server adds an empty reasoning block to past turns"},
-    "deepseek-ai-DeepSeek-V4-Flash-0731": {"system-multi-turn": "the same empty reasoning block"},
+    "Kimi-K2-Instruct": {c: "the template appends to a list (our sandbox is immutable)"
+                         for c in ("tool-call-and-result", "thinking-tool-call")},
+    "Kimi-K2-Thinking": {c: "the template appends to a list (our sandbox is immutable)"
+                         for c in ("tool-call-and-result", "thinking-tool-call")},
     "fireworks-ai-llama-3-firefunction-v2": {c: "reads an undefined `functions` (jinja2 raises, llama.cpp renders "
                                                 "nothing)" for c in CONVERSATIONS},
-    "google-gemma-4-31B-it": {"tool-call-and-result": "llama-server's Gemma 4 handler formats the tool turns"},
-    "google-gemma-4-31B-it-interleaved": {"tool-call-and-result": "llama-server's Gemma 4 handler formats the turns"},
-    "llama-cpp-deepseek-r1": {"tools": "llama-server's DeepSeek R1 handler", "tool-call-and-result":
-                              "llama-server's DeepSeek R1 handler"},
-    "meetkai-functionary-medium-v3.1": {"tools": "llama-server's Functionary handler", "tool-call-and-result":
-                                        "llama-server's Functionary handler"},
+    "google-gemma-4-31B-it": {c: "llama-server's Gemma 4 handler formats the tool turns"
+                              for c in ("tool-call-and-result", "thinking-tool-call")},
+    "google-gemma-4-31B-it-interleaved": {c: "llama-server's Gemma 4 handler formats the turns"
+                                          for c in ("tool-call-and-result", "thinking-tool-call")},
+    "llama-cpp-deepseek-r1": {c: "llama-server's DeepSeek R1 handler"
+                              for c in ("tools", "tool-call-and-result", "thinking-tool-call")},
+    "meetkai-functionary-medium-v3.1": {c: "llama-server's Functionary handler"
+                                        for c in ("tools", "tool-call-and-result", "thinking-tool-call")},
+    "mistralai-Ministral-3-14B-Reasoning-2512": {c: "llama-server's Ministral 3 handler makes the reasoning a typed "
+                                                    "content part" for c in ("thinking-history", "thinking-tool-call")},
+    "unsloth-mistral-Devstral-Small-2507": {"thinking-history": "llama-server drops the answer's content when it has "
+                                                                "reasoning (its Mistral handler)"},
 }
 
 
