@@ -216,7 +216,8 @@ def _shape(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> tuple[An
     roles = [m["role"] for m in body]
     names = tuple(str((t.get("function") or {}).get("name")) for t in tools) if tools else ()
     return (roles[0] if roles else "", roles[-1] if roles else "", tuple(sorted(set(roles))),
-            any("tool_calls" in m for m in body), any(not m["content"] for m in body), names)
+            any("tool_calls" in m for m in body), any(not m["content"] for m in body), names,
+            any("reasoning_content" in m for m in body))
 
 
 def _limits(body: list[dict[str, Any]], tools: Sequence[Tool] | None) -> Limits:

@@ -46,6 +46,13 @@ def test_gpt_oss_template_reasoning_levels_and_a_plain_answer(live_server, tmp_p
                 {"role": "assistant", "content": "", "thinking": "Use the weather tool.",
                  "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                 {"role": "tool", "content": "sunny", "tool_name": "get_weather"}]
+        # (the same turn without reasoning first: what is found of how the runner renders one does not decide
+        # how the other is rendered)
+        bare = [turn[0], {**turn[1], "thinking": ""}, turn[2]]
+        for _ in range(2):
+            r = live_server.api("POST", "/api/chat", json={"model": "harmony", "messages": bare, "tools": WEATHER,
+                                                           "_debug_render_only": True})
+            assert "<|channel|>analysis" not in r.json()["_debug_info"]["rendered_template"]
         for _ in range(2):
             r = live_server.api("POST", "/api/chat", json={"model": "harmony", "messages": turn, "tools": WEATHER,
                                                            "_debug_render_only": True})
