@@ -25,8 +25,11 @@ with Ollama (OLLAMA_MODELS=~/.ollama/models) holds such files, so:
     without those tensors and with its vocabulary cut to its embeddings (write_text_only, once per model, under
     the data dir; a copy whose model is gone is removed with it, or by the next prune). The images it could see are
     not seen: its encoder is in no projector llama.cpp reads;
-  - what needs tensors renamed or reshaped (an architecture of Ollama's own name) cannot be done from outside the
-    runner: `note` says why, and the runner's load error carries it (the load is still tried: a newer llama.cpp
+  - Ollama's gpt-oss (architecture `gptoss`): read from a copy translated as Ollama's llama/compat translates it
+    at load time (_TRANSLATIONS: the architecture's name and its keys' prefix, gpt-4o's pre-tokenizer, the expert
+    FFN length from its tensors, YaRN, three tensor names); the same copy as above, with the same lifetime;
+  - what needs tensors renamed or reshaped otherwise (another architecture of Ollama's own name) is not done: `note`
+    says why, and the runner's load error carries it (the load is still tried: a newer llama.cpp
     may read the file), so a user reads "this GGUF is in Ollama's own layout" instead of only "unknown model
     architecture".
 Files without those markers (every GGUF llama.cpp's converter writes) get nothing.
@@ -73,6 +76,9 @@ def ollama_layout(info: GGUFInfo | None) -> Layout:
         return Layout()
     arch = info.architecture
     own = _OWN_ARCHITECTURES.get(arch)
+    if arch in _TRANSLATIONS:  # renamed in the copy, as Ollama's llama/compat renames it when it loads
+        return Layout(note=_note(f"architecture '{arch}', which llama.cpp reads as '{own}' once translated; it was "
+                                 "read from a translated copy"), text_only=True)
     if own is not None:
         return Layout(note=_note(f"architecture '{arch}', which llama.cpp reads as '{own}' only once translated"))
     overrides: list[str] = []
@@ -220,10 +226,52 @@ TEXT_ONLY_DIR = "text-only"  # under the data dir: the copies write_text_only ma
 _VOCABULARY_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
 
 
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """An architecture of Ollama's own name as llama.cpp reads it (what Ollama's llama/compat does at load time,
+    done once in the copy): the name and its keys' prefix, keys set, tensor names' parts renamed."""
+
+    arch: str
+    keys: tuple[tuple[str, object, gguf.GGUFValueType], ...] = ()  # set whatever the file says
+    defaults: tuple[tuple[str, object, gguf.GGUFValueType], ...] = ()  # set where the file has none
+    parts: tuple[tuple[str, str], ...] = ()  # a tensor name's dot-separated part, renamed
+    weight_suffix: tuple[str, ...] = ()  # tensors whose name ends in this part, without llama.cpp's `.weight`
+    feed_forward_of: tuple[str, str] = ("", "")  # (key, tensor): the key from the tensor's second dimension
+
+
+_S, _U32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.UINT32
+_TRANSLATIONS = {
+    # gpt-oss as Ollama publishes it: its own spelling, no expert FFN length or YaRN type, GPT-2's pre-tokenizer
+    # (gpt-oss needs gpt-4o's: else its harmony headers come out malformed), three tensor names of its converter
+    "gptoss": Translation(
+        "gpt-oss", keys=(("tokenizer.ggml.pre", "gpt-4o", _S),),
+        defaults=(("gpt-oss.rope.scaling.type", "yarn", _S),),
+        parts=(("attn_out", "attn_output"), ("ffn_norm", "post_attention_norm")),
+        weight_suffix=("attn_sinks",),
+        feed_forward_of=("gpt-oss.expert_feed_forward_length", "blk.0.ffn_gate_exps.weight")),
+}
+
+
+def _tensor_name(name: str, translation: Translation | None) -> str:
+    if translation is None:
+        return name
+    parts = [dict(translation.parts).get(part, part) for part in name.split(".")]
+    if parts[-1] in translation.weight_suffix:
+        parts.append("weight")
+    return ".".join(parts)
+
+
+def _key_name(key: str, old_arch: str, translation: Translation | None) -> str:
+    if translation is not None and key.startswith(old_arch + "."):
+        return translation.arch + key[len(old_arch):]
+    return key
+
+
 def write_text_only(src: Path, dst: Path) -> None:
     """(Blocking: a copy of the model's text weights.) `src` as llama.cpp's text loader reads it: without the
-    tensors of an encoder inside it, its vocabulary arrays cut to its token embeddings' rows; every other key/value
-    and tensor as it is. Written beside `dst` and renamed onto it, so a copy cut short is never read."""
+    tensors of an encoder inside it, its vocabulary arrays cut to its token embeddings' rows, an architecture of
+    Ollama's own name translated (_TRANSLATIONS); every other key/value and tensor as it is. Written beside `dst`
+    and renamed onto it, so a copy cut short is never read."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     need, free = src.stat().st_size, shutil.disk_usage(dst.parent).free
     if free < need + (1 << 30):  # the copy is at most the file's size; a GiB left beside it
@@ -234,22 +282,35 @@ def write_text_only(src: Path, dst: Path) -> None:
     handle, name = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".partial")
     os.close(handle)
     writer_path = Path(name)
-    arch = reader.fields["general.architecture"].contents()
-    writer = gguf.GGUFWriter(str(writer_path), str(arch))
+    arch = str(reader.fields["general.architecture"].contents())
+    translation = _TRANSLATIONS.get(arch)
+    writer = gguf.GGUFWriter(str(writer_path), translation.arch if translation is not None else arch)
     try:
+        keys = {key: (value, kind) for key, value, kind in translation.keys} if translation is not None else {}
+        written = set()
         for field in reader.fields.values():
             if field.name.startswith("GGUF.") or field.name == "general.architecture":
                 continue
+            name = _key_name(field.name, arch, translation)
             kind = field.types[0]
             value = field.contents()
-            if field.name in _VOCABULARY_ARRAYS and rows is not None and isinstance(value, list):
+            if name in keys:
+                value, kind = keys.pop(name)
+            elif field.name in _VOCABULARY_ARRAYS and rows is not None and isinstance(value, list):
                 value = value[:rows]
-            writer.add_key_value(field.name, value, kind,
+            writer.add_key_value(name, value, kind,
                                  sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+            written.add(name)
+        if translation is not None:
+            for key, value, kind in (*((k, v, t) for k, (v, t) in keys.items()), *translation.defaults,
+                                     *_feed_forward(reader, translation)):
+                if key not in written:
+                    writer.add_key_value(key, value, kind)
+                    written.add(key)
         kept = [t for t in reader.tensors if not t.name.startswith(_ENCODER_PREFIXES)]
         for tensor in kept:
-            writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
-                                   tensor.tensor_type)
+            writer.add_tensor_info(_tensor_name(tensor.name, translation), tensor.data.shape, tensor.data.dtype,
+                                   tensor.data.nbytes, tensor.tensor_type)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -260,6 +321,15 @@ def write_text_only(src: Path, dst: Path) -> None:
     finally:
         writer.close()
         writer_path.unlink(missing_ok=True)
+
+
+def _feed_forward(reader: gguf.GGUFReader, translation: Translation) -> list[tuple[str, object, gguf.GGUFValueType]]:
+    """The key a translation reads from a tensor's shape (gpt-oss's expert FFN length: ne[1] of an expert gate)."""
+    key, tensor_name = translation.feed_forward_of
+    tensor = next((t for t in reader.tensors if t.name == tensor_name), None) if key else None
+    if tensor is None or len(tensor.shape) < 2:
+        return []
+    return [(key, int(tensor.shape[1]), _U32)]
 
 
 def sweep_copies(directory: Path, blobs: Path) -> list[str]:

@@ -426,3 +426,72 @@ def rewrite_gguf(src: Path, dst: Path, *, drop: tuple[str, ...] = (), rename: di
         writer.write_tensor_data(array)
     writer.close()
     return dst
+
+
+# -- a gpt-oss the real llama-server loads, in llama.cpp's layout or in Ollama's ---------------------------------
+
+def write_tiny_gpt_oss(path: Path, *, ollama_layout: bool = False, seed: int = 0) -> Path:
+    """A two-block gpt-oss (attention sinks, sliding-window attention, 4 experts of which 2 are used, biases
+    everywhere) with random F32 weights and a byte-level vocabulary, as llama.cpp's converter lays it out; or, with
+    `ollama_layout`, as Ollama publishes gpt-oss (its llama/compat reads it): the architecture spelled `gptoss` and
+    its keys under `gptoss.`, no expert_feed_forward_length, no rope.scaling.type, GPT-2's pre-tokenizer, and the
+    tensors `attn_out`, `attn_sinks` (no `.weight`) and `ffn_norm` where llama.cpp has `attn_output`,
+    `attn_sinks.weight` and `post_attention_norm`. The same weights either way, so both answer alike."""
+    n_embd, heads, kv_heads, head_dim, n_expert, n_ff_exp, n_vocab_extra = 64, 4, 2, 16, 4, 32, 3
+    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|start|>", "<|end|>"][:256 + 1 + n_vocab_extra]
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    arch = "gptoss" if ollama_layout else "gpt-oss"
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_type("model")
+    writer.add_name("tiny-gpt-oss")
+    writer.add_file_type(0)
+    writer.add_context_length(512)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(n_ff_exp)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(150000.0)
+    writer.add_expert_count(n_expert)
+    writer.add_expert_used_count(2)
+    writer.add_sliding_window(128)
+    if not ollama_layout:
+        writer.add_expert_feed_forward_length(n_ff_exp)
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(1.0)
+    writer.add_rope_scaling_orig_ctx_len(512)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default" if ollama_layout else "gpt-4o")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(257)
+    writer.add_eos_token_id(257)
+    writer.add_add_bos_token(False)
+    out_name, sinks_name, norm_name = (("attn_out", "attn_sinks", "ffn_norm") if ollama_layout
+                                       else ("attn_output", "attn_sinks.weight", "post_attention_norm"))
+    tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": np.ones(n_embd, np.float32),
+               "output.weight": w(len(tokens), n_embd)}
+    for i in range(2):
+        b = f"blk.{i}."
+        tensors |= {
+            b + "attn_norm.weight": np.ones(n_embd, np.float32),
+            b + f"{norm_name}.weight": np.ones(n_embd, np.float32),
+            b + "attn_q.weight": w(heads * head_dim, n_embd), b + "attn_q.bias": w(heads * head_dim),
+            b + "attn_k.weight": w(kv_heads * head_dim, n_embd), b + "attn_k.bias": w(kv_heads * head_dim),
+            b + "attn_v.weight": w(kv_heads * head_dim, n_embd), b + "attn_v.bias": w(kv_heads * head_dim),
+            b + f"{out_name}.weight": w(n_embd, heads * head_dim), b + f"{out_name}.bias": w(n_embd),
+            b + sinks_name: w(heads),
+            b + "ffn_gate_inp.weight": w(n_expert, n_embd), b + "ffn_gate_inp.bias": w(n_expert),
+            b + "ffn_gate_exps.weight": w(n_expert, n_ff_exp, n_embd), b + "ffn_gate_exps.bias": w(n_expert, n_ff_exp),
+            b + "ffn_up_exps.weight": w(n_expert, n_ff_exp, n_embd), b + "ffn_up_exps.bias": w(n_expert, n_ff_exp),
+            b + "ffn_down_exps.weight": w(n_expert, n_embd, n_ff_exp), b + "ffn_down_exps.bias": w(n_expert, n_embd),
+        }
+    return _finish(writer, tensors, path)

@@ -1,7 +1,7 @@
 """Ollama-published GGUFs on the real llama-server (runner/gguf_compat.py). Ollama's library is out of reach from
 here, so the files are the test models rewritten the way Ollama's converter lays them out: Gemma 3 270M without
 the RMS-norm epsilon llama.cpp requires and with its RoPE base under Ollama's name; SmolLM2 with a vision
-encoder's tensor inside the model file."""
+encoder's tensor inside the model file; a tiny gpt-oss of random weights in both layouts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.fakes.gguf_files import rewrite_gguf
+from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gpt_oss
 from tests.helpers.paths import required_path
 from tests.helpers.serve import create_from_file
 
@@ -84,3 +84,21 @@ def test_an_architecture_of_ollamas_own_name_fails_with_a_reason_a_user_can_act_
     assert "this GGUF is in Ollama's own layout (architecture 'olmo3', which llama.cpp reads as 'olmo2' only once " \
         "translated)" in body["error"]
     assert "\n" not in body["error"]
+
+
+def test_an_ollama_gpt_oss_answers_from_a_translated_copy_as_llama_cpps_file_does(live_server, tmp_path) -> None:
+    """Ollama's gpt-oss (architecture `gptoss`, three tensor names and four keys of its own): upstream llama-server
+    refuses it ("unknown model architecture"); read from the translated copy it answers, token for token, as the
+    same weights laid out by llama.cpp's converter."""
+    create_from_file(live_server.url, "oss-llamacpp", write_tiny_gpt_oss(tmp_path / "llama-cpp.gguf"))
+    create_from_file(live_server.url, "oss-ollama", write_tiny_gpt_oss(tmp_path / "ollama.gguf", ollama_layout=True))
+    status, theirs = generate(live_server, "oss-ollama")
+    assert status == 200, theirs
+    status, ours = generate(live_server, "oss-llamacpp")
+    assert status == 200, ours
+    assert theirs["eval_count"] == ours["eval_count"] > 0
+    assert theirs["response"] == ours["response"]
+    copies = list((Path(live_server.env["OLLAMA_PY_DATA_DIR"]) / "text-only").glob("sha256-*.gguf"))
+    assert len(copies) == 1
+    assert live_server.api("DELETE", "/api/delete", json={"model": "oss-ollama"}).status_code == 200
+    assert not copies[0].exists()  # the copy goes with its model

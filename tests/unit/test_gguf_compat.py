@@ -18,7 +18,7 @@ from ollama_py.runner.gguf_compat import Layout, ollama_layout, sweep_copies, wr
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
 from ollama_py.store.models import ModelStore
-from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gguf
+from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gguf, write_tiny_gpt_oss
 from tests.helpers.app import create_tiny_model, make_settings
 
 LLAMA3_TEMPLATE = "{{ '<|start_header_id|>' + m.role + '<|end_header_id|>' + m.content + '<|eot_id|>' }}"
@@ -104,7 +104,7 @@ def test_a_vision_encoder_inside_the_model_file_is_named_in_the_note() -> None:
     assert ollama_layout(projector) == Layout()
 
 
-@pytest.mark.parametrize(("arch", "theirs"), [("gptoss", "gpt-oss"), ("qwen25vl", "qwen2vl"), ("olmo3", "olmo2")])
+@pytest.mark.parametrize(("arch", "theirs"), [("qwen25vl", "qwen2vl"), ("olmo3", "olmo2")])
 def test_an_architecture_of_ollamas_own_name_is_named_in_the_note(arch: str, theirs: str) -> None:
     layout = ollama_layout(info(arch))
     assert layout.overrides == () and not layout.text_only
@@ -217,16 +217,16 @@ def test_a_monolithic_model_is_planned_from_its_copy_under_the_data_dir(tmp_path
 
 
 async def test_a_load_failure_of_an_ollama_layout_file_says_why(fake_app, aiohttp_client, tmp_path: Path) -> None:
-    failure = "llama_model_load: error loading model: unknown model architecture: 'gptoss'"
+    failure = "llama_model_load: error loading model: unknown model architecture: 'qwen25vl'"
     settings, app = fake_app({"FAKE_LOAD_FAIL": failure})
-    create_tiny_model(settings, write_tiny_gguf(tmp_path / "gptoss.gguf", arch="gptoss"), name="gpt-oss")
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "qwen25vl.gguf", arch="qwen25vl"), name="qwen25vl")
     client = await aiohttp_client(app)
-    r = await client.post("/api/generate", json={"model": "gpt-oss", "prompt": "hi", "stream": False})
+    r = await client.post("/api/generate", json={"model": "qwen25vl", "prompt": "hi", "stream": False})
     assert r.status == 500
     error = (await r.json())["error"]
-    assert "unknown model architecture: 'gptoss'" in error
-    assert error.endswith("(this GGUF is in Ollama's own layout (architecture 'gptoss', which llama.cpp reads as "
-                          "'gpt-oss' only once translated), which upstream llama.cpp does not read: use a GGUF "
+    assert "unknown model architecture: 'qwen25vl'" in error
+    assert error.endswith("(this GGUF is in Ollama's own layout (architecture 'qwen25vl', which llama.cpp reads as "
+                          "'qwen2vl' only once translated), which upstream llama.cpp does not read: use a GGUF "
                           "converted by llama.cpp (from Hugging Face, or `ollama-py create` from the model's "
                           "safetensors))")
     # a model without such a layout fails with llama-server's words only
@@ -257,3 +257,24 @@ def test_no_copy_is_started_without_room_for_it(tmp_path: Path, monkeypatch: pyt
         write_text_only(mono, tmp_path / "copies" / "copy.gguf")
     assert caught.value.errno == errno.ENOSPC
     assert list((tmp_path / "copies").iterdir()) == []
+
+
+def test_an_ollama_gpt_oss_is_read_from_a_copy_translated_as_ollamas_loader_translates_it(tmp_path: Path) -> None:
+    """gptoss -> gpt-oss: the keys' prefix, gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN,
+    and three tensor names: the copy is the file llama.cpp's converter writes of the same weights."""
+    theirs = write_tiny_gpt_oss(tmp_path / "ollama.gguf", ollama_layout=True)
+    layout = ollama_layout(read_gguf_info(theirs))
+    assert layout.text_only and layout.overrides == ()
+    assert "architecture 'gptoss', which llama.cpp reads as 'gpt-oss' once translated" in layout.note
+    write_text_only(theirs, tmp_path / "copy.gguf")
+    copy = gguf.GGUFReader(str(tmp_path / "copy.gguf"))
+    llama_cpp = gguf.GGUFReader(str(write_tiny_gpt_oss(tmp_path / "llama-cpp.gguf")))
+
+    def keys(reader: gguf.GGUFReader) -> dict[str, object]:
+        return {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}
+
+    assert keys(copy) == keys(llama_cpp)
+    assert [(t.name, t.tensor_type, list(t.shape)) for t in copy.tensors] == \
+        [(t.name, t.tensor_type, list(t.shape)) for t in llama_cpp.tensors]
+    assert all((a.data == b.data).all() for a, b in zip(copy.tensors, llama_cpp.tensors, strict=True))
+    assert ollama_layout(read_gguf_info(tmp_path / "copy.gguf")) == Layout()  # nothing more to do to it
