@@ -268,7 +268,7 @@ class VariantRunner(RunnerProcess):
             self.spec = dataclasses.replace(self.spec, model=first)
         if self.spec.text_only_copy is not None:
             async with self._copying:  # one copy at a time, whoever waits for the start
-                await asyncio.to_thread(_text_only_copy, self.spec.model, self.spec.text_only_copy, self.name)
+                await asyncio.to_thread(ensure_model_copy, self.spec.model, self.spec.text_only_copy, self.name)
         while True:
             try:
                 return await super().ensure_ready()
@@ -307,16 +307,16 @@ class VariantRunner(RunnerProcess):
             self.spec = dataclasses.replace(self.spec, rpc_servers=tuple(up), tensor_split=())
 
 
-def _text_only_copy(model: Path, copy: Path, name: str) -> None:
-    """(Blocking.) The text-only copy of an Ollama-layout model unless it is there (a copy goes with its model:
-    server/blob_prune.sweep_text_only)."""
+def ensure_model_copy(model: Path, copy: Path, name: str) -> None:
+    """(Blocking.) The copy an Ollama-layout model is read from (runner/gguf_compat.py: text-only, translated),
+    unless it is there (a copy goes with its model: server/blob_prune.sweep_text_only)."""
     if copy.exists():
         return
-    log.info("runner %s: writing a text-only copy of its Ollama-layout GGUF to %s", name, copy)
+    log.info("runner %s: writing a copy of its Ollama-layout GGUF that llama.cpp reads to %s", name, copy)
     try:
         gguf_compat.write_text_only(model, copy)
     except (OSError, ValueError) as e:
-        raise RunnerLoadError(f"cannot write a text-only copy of the model to {copy.parent}: "
+        raise RunnerLoadError(f"cannot write a copy of the model that llama.cpp reads to {copy.parent}: "
                               f"{getattr(e, 'strerror', None) or e}") from None
 
 

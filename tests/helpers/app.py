@@ -25,10 +25,13 @@ def fake_runner_factory(settings: Any, fake_env: dict[str, str] | None = None):
     """A Scheduler runner factory that starts the fake llama-server with the real argv."""
     from ollama_py.runner.argv import build_argv
     from ollama_py.runner.process import RunnerProcess
+    from ollama_py.scheduler.factory import ensure_model_copy
 
     env = {**os.environ, **(fake_env or {})}
 
     def factory(plan, name, on_exit):
+        if plan.spec.text_only_copy is not None:  # written before the start, as the real runners write it
+            ensure_model_copy(plan.spec.model, plan.spec.text_only_copy, name)
         return RunnerProcess(lambda port: [sys.executable, str(FAKE_SERVER), *build_argv(plan.spec, "x", port)[1:]],
                              name=name, env=env, load_timeout=settings.load_timeout, on_exit=on_exit)
 
