@@ -25,9 +25,10 @@ with Ollama (OLLAMA_MODELS=~/.ollama/models) holds such files, so:
     without those tensors and with its vocabulary cut to its embeddings (write_text_only, once per model, under
     the data dir; a copy whose model is gone is removed with it, or by the next prune). The images it could see are
     not seen: its encoder is in no projector llama.cpp reads;
-  - Ollama's gpt-oss (architecture `gptoss`): read from a copy translated as Ollama's llama/compat translates it
-    at load time (_TRANSLATIONS: the architecture's name and its keys' prefix, gpt-4o's pre-tokenizer, the expert
-    FFN length from its tensors, YaRN, three tensor names); the same copy as above, with the same lifetime;
+  - Ollama's gpt-oss (architecture `gptoss`) and OLMo 3 (`olmo3`): read from a copy translated as Ollama's
+    llama/compat translates them at load time (_TRANSLATIONS: the architecture's name and its keys' prefix; for
+    gpt-oss also gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN, three tensor names); the
+    same copy as above, with the same lifetime;
   - what needs tensors renamed or reshaped otherwise (another architecture of Ollama's own name) is not done: `note`
     says why, and the runner's load error carries it (the load is still tried: a newer llama.cpp
     may read the file), so a user reads "this GGUF is in Ollama's own layout" instead of only "unknown model
@@ -249,6 +250,8 @@ _TRANSLATIONS = {
         parts=(("attn_out", "attn_output"), ("ffn_norm", "post_attention_norm")),
         weight_suffix=("attn_sinks",),
         feed_forward_of=("gpt-oss.expert_feed_forward_length", "blk.0.ffn_gate_exps.weight")),
+    # OLMo 3: llama.cpp's olmo2 loader reads its tensors and its sliding-window RoPE; only the name differs
+    "olmo3": Translation("olmo2"),
 }
 
 

@@ -495,3 +495,54 @@ def write_tiny_gpt_oss(path: Path, *, ollama_layout: bool = False, seed: int = 0
             b + "ffn_down_exps.weight": w(n_expert, n_embd, n_ff_exp), b + "ffn_down_exps.bias": w(n_expert, n_embd),
         }
     return _finish(writer, tensors, path)
+
+
+def write_tiny_olmo(path: Path, *, ollama_layout: bool = False, seed: int = 0) -> Path:
+    """A two-block OLMo with sliding-window attention and random F32 weights, as llama.cpp's converter lays it out
+    (architecture `olmo2`, whose loader reads OLMo 3 too), or as Ollama publishes OLMo 3 (`olmo3`, its keys under
+    `olmo3.`; the tensors are the same)."""
+    n_embd, heads, kv_heads, n_ff = 64, 4, 2, 128
+    head_dim = n_embd // heads
+    tokens = [*_byte_tokens(), "ab", "<|endoftext|>"]
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "olmo3" if ollama_layout else "olmo2")
+    writer.add_type("model")
+    writer.add_name("tiny-olmo")
+    writer.add_file_type(0)
+    writer.add_context_length(512)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(500000.0)
+    writer.add_sliding_window(64)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3])
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(257)
+    writer.add_eos_token_id(257)
+    writer.add_add_bos_token(False)
+    tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
+               "output.weight": w(len(tokens), n_embd)}
+    for i in range(2):
+        b = f"blk.{i}."
+        tensors |= {
+            b + "attn_q.weight": w(n_embd, n_embd), b + "attn_k.weight": w(kv_heads * head_dim, n_embd),
+            b + "attn_v.weight": w(kv_heads * head_dim, n_embd), b + "attn_output.weight": w(n_embd, n_embd),
+            b + "attn_q_norm.weight": ones(n_embd), b + "attn_k_norm.weight": ones(kv_heads * head_dim),
+            b + "post_attention_norm.weight": ones(n_embd), b + "ffn_gate.weight": w(n_ff, n_embd),
+            b + "ffn_up.weight": w(n_ff, n_embd), b + "ffn_down.weight": w(n_embd, n_ff),
+            b + "post_ffw_norm.weight": ones(n_embd),
+        }
+    return _finish(writer, tensors, path)

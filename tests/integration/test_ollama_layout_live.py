@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gpt_oss
+from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gpt_oss, write_tiny_olmo
 from tests.helpers.paths import required_path
 from tests.helpers.serve import create_from_file
 
@@ -76,22 +76,25 @@ def test_an_ollama_gemma3_with_its_vision_encoder_inside_answers_from_a_text_onl
 
 
 def test_an_architecture_of_ollamas_own_name_fails_with_a_reason_a_user_can_act_on(live_server, tmp_path) -> None:
-    renamed = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "olmo3.gguf", arch="olmo3")
-    create_from_file(live_server.url, "olmo3-ollama", renamed)
-    status, body = generate(live_server, "olmo3-ollama")
+    renamed = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "glm4moelite.gguf",
+                           arch="glm4moelite")
+    create_from_file(live_server.url, "glm-ollama", renamed)
+    status, body = generate(live_server, "glm-ollama")
     assert status == 500
-    assert "unknown model architecture: 'olmo3'" in body["error"]  # llama-server's own words, then why
-    assert "this GGUF is in Ollama's own layout (architecture 'olmo3', which llama.cpp reads as 'olmo2' only once " \
-        "translated)" in body["error"]
+    assert "unknown model architecture: 'glm4moelite'" in body["error"]  # llama-server's own words, then why
+    assert "this GGUF is in Ollama's own layout (architecture 'glm4moelite', which llama.cpp reads as " \
+        "'deepseek2' only once translated)" in body["error"]
     assert "\n" not in body["error"]
 
 
-def test_an_ollama_gpt_oss_answers_from_a_translated_copy_as_llama_cpps_file_does(live_server, tmp_path) -> None:
-    """Ollama's gpt-oss (architecture `gptoss`, three tensor names and four keys of its own): upstream llama-server
-    refuses it ("unknown model architecture"); read from the translated copy it answers, token for token, as the
-    same weights laid out by llama.cpp's converter."""
-    create_from_file(live_server.url, "oss-llamacpp", write_tiny_gpt_oss(tmp_path / "llama-cpp.gguf"))
-    create_from_file(live_server.url, "oss-ollama", write_tiny_gpt_oss(tmp_path / "ollama.gguf", ollama_layout=True))
+@pytest.mark.parametrize("write", [write_tiny_gpt_oss, write_tiny_olmo])
+def test_an_ollama_architecture_answers_from_a_translated_copy_as_llama_cpps_file_does(live_server, tmp_path,
+                                                                                      write) -> None:
+    """Ollama's gpt-oss (architecture `gptoss`, three tensor names and four keys of its own) and OLMo 3 (`olmo3`):
+    upstream llama-server refuses them ("unknown model architecture"); read from the translated copy each answers,
+    token for token, as the same weights laid out by llama.cpp's converter."""
+    create_from_file(live_server.url, "oss-llamacpp", write(tmp_path / "llama-cpp.gguf"))
+    create_from_file(live_server.url, "oss-ollama", write(tmp_path / "ollama.gguf", ollama_layout=True))
     status, theirs = generate(live_server, "oss-ollama")
     assert status == 200, theirs
     status, ours = generate(live_server, "oss-llamacpp")
@@ -102,3 +105,4 @@ def test_an_ollama_gpt_oss_answers_from_a_translated_copy_as_llama_cpps_file_doe
     assert len(copies) == 1
     assert live_server.api("DELETE", "/api/delete", json={"model": "oss-ollama"}).status_code == 200
     assert not copies[0].exists()  # the copy goes with its model
+    assert live_server.api("DELETE", "/api/delete", json={"model": "oss-llamacpp"}).status_code == 200

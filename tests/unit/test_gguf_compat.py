@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import shutil
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -18,7 +19,7 @@ from ollama_py.runner.gguf_compat import Layout, ollama_layout, sweep_copies, wr
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
 from ollama_py.store.models import ModelStore
-from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gguf, write_tiny_gpt_oss
+from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gguf, write_tiny_gpt_oss, write_tiny_olmo
 from tests.helpers.app import create_tiny_model, make_settings
 
 LLAMA3_TEMPLATE = "{{ '<|start_header_id|>' + m.role + '<|end_header_id|>' + m.content + '<|eot_id|>' }}"
@@ -104,7 +105,7 @@ def test_a_vision_encoder_inside_the_model_file_is_named_in_the_note() -> None:
     assert ollama_layout(projector) == Layout()
 
 
-@pytest.mark.parametrize(("arch", "theirs"), [("qwen25vl", "qwen2vl"), ("olmo3", "olmo2")])
+@pytest.mark.parametrize(("arch", "theirs"), [("qwen25vl", "qwen2vl"), ("glm4moelite", "deepseek2")])
 def test_an_architecture_of_ollamas_own_name_is_named_in_the_note(arch: str, theirs: str) -> None:
     layout = ollama_layout(info(arch))
     assert layout.overrides == () and not layout.text_only
@@ -259,16 +260,20 @@ def test_no_copy_is_started_without_room_for_it(tmp_path: Path, monkeypatch: pyt
     assert list((tmp_path / "copies").iterdir()) == []
 
 
-def test_an_ollama_gpt_oss_is_read_from_a_copy_translated_as_ollamas_loader_translates_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("arch", "theirs", "write"), [("gptoss", "gpt-oss", write_tiny_gpt_oss),
+                                                       ("olmo3", "olmo2", write_tiny_olmo)])
+def test_an_ollama_architecture_is_read_from_a_copy_translated_as_ollamas_loader_translates_it(
+        tmp_path: Path, arch: str, theirs: str, write: Any) -> None:
     """gptoss -> gpt-oss: the keys' prefix, gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN,
-    and three tensor names: the copy is the file llama.cpp's converter writes of the same weights."""
-    theirs = write_tiny_gpt_oss(tmp_path / "ollama.gguf", ollama_layout=True)
-    layout = ollama_layout(read_gguf_info(theirs))
+    and three tensor names; olmo3 -> olmo2: the name and the prefix. The copy is the file llama.cpp's converter
+    writes of the same weights."""
+    published = write(tmp_path / "ollama.gguf", ollama_layout=True)
+    layout = ollama_layout(read_gguf_info(published))
     assert layout.text_only and layout.overrides == ()
-    assert "architecture 'gptoss', which llama.cpp reads as 'gpt-oss' once translated" in layout.note
-    write_text_only(theirs, tmp_path / "copy.gguf")
+    assert f"architecture '{arch}', which llama.cpp reads as '{theirs}' once translated" in layout.note
+    write_text_only(published, tmp_path / "copy.gguf")
     copy = gguf.GGUFReader(str(tmp_path / "copy.gguf"))
-    llama_cpp = gguf.GGUFReader(str(write_tiny_gpt_oss(tmp_path / "llama-cpp.gguf")))
+    llama_cpp = gguf.GGUFReader(str(write(tmp_path / "llama-cpp.gguf")))
 
     def keys(reader: gguf.GGUFReader) -> dict[str, object]:
         return {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}
