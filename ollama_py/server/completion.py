@@ -97,6 +97,12 @@ class CompletionRequest:
     def thinks(self) -> bool:
         return self.think is not None and self.think is not False and "thinking" in self.model.capabilities
 
+    @property
+    def harmony(self) -> bool:
+        """Its answer is read as harmony (template/harmony.py): a conversation a harmony model's template renders
+        (a raw prompt's answer is what llama-server prints)."""
+        return self.messages is not None and self.model.harmony
+
 
 @dataclass(slots=True)
 class Delta:
@@ -353,7 +359,7 @@ class _Split:
         call: no thinking or tags can come under its schema)."""
         if req.forced is not None:
             return None
-        if req.model.harmony and req.messages is not None:  # gpt-oss: its messages' channels say what is what
+        if req.harmony:  # gpt-oss: its messages' channels say what is what
             # a Go template leaves a final assistant message open for the answer to continue (a GGUF's own
             # template, as llama-server renders it, closes it and opens a new one)
             prefill = prefill_of(req.messages) if req.model.prompt_template else ""
@@ -412,7 +418,7 @@ def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any
         body["return_progress"] = True
     if thinking is not None:
         body.update(_budget_fields(req, thinking))
-    if req.model.harmony and req.messages is not None:  # its markers are control tokens: printed only if named
+    if req.harmony:  # its markers are control tokens: printed only if named
         body["preserved_tokens"] = list(PRESERVED_TOKENS)
     return body
 
