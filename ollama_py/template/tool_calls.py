@@ -16,6 +16,10 @@ After the tag, a call may also be Qwen3-Coder's XML, which Qwen 3.5 and later wr
 qwen3.5 PARSERs): `<function=NAME>` then `<parameter=P>VALUE</parameter>` for each argument, then `</function>`.
 Each value is text, read as the tool's JSON schema types that parameter (an integer, a number, a boolean, an object
 or an array as JSON; a string, or a value that does not read as its type, as the text it is).
+
+Or GLM's (GLM 4.6 and 4.7, Laguna, Ling 3 and Hunyuan 3 write it; Ollama's glm-4.7 parser): the tool's name right after
+the tag, then `<arg_key>K</arg_key><arg_value>V</arg_value>` for each argument, up to the closing tag; its values read
+as the XML form's are. It is taken for a call only while the text after the tag is (so far) a declared tool's name.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from ollama_py.template.prompt import render_prompt
 DEFAULT_TAG = "<tool_call>"
 _XML_FUNCTION, _XML_END = "<function=", "</function>"
 _XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+_GLM_KEY = "<arg_key>"
+_GLM_ARGUMENT = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+_NAME = re.compile(r"[^\s<]*")
 JSON_TAG = "{"  # the template writes the call's JSON with nothing before it
 _PROBE_NAME = "zz_probe_tool_zz"
 _PROBE_TEXT = "zz_probe_text_zz"
@@ -153,7 +160,7 @@ class ToolCallParser:
         self._types = {t["function"]["name"]: _parameter_types(t["function"]) for t in tools
                        if isinstance(t.get("function"), Mapping) and isinstance(t["function"].get("name"), str)}
         self.names = set(self._types)
-        self._xml = False  # the open call is XML (<function=...>), not JSON
+        self._form = "json"  # the open call's form: JSON, Qwen3-Coder's XML (<function=...>), GLM's (NAME<arg_key>)
         self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
         self.closing = _closing(self.tag)
         self._state = _State.TEXT
@@ -182,8 +189,8 @@ class ToolCallParser:
         (a JSON value that was complete enough to parse still becomes a call); a partial closing tag is dropped."""
         held, self._held = self._held, ""
         state, self._state = self._state, _State.TEXT
-        if state is _State.CALL and self._xml:  # no </function>: not a call
-            self._xml = False
+        if state is _State.CALL and self._form != "json":  # never closed: not a call
+            self._form = "json"
             return self._opening + held, []
         if state is _State.AFTER:
             return "", []
@@ -227,22 +234,26 @@ class ToolCallParser:
         self._opening = tag
         self._scan = _JsonEnd()
         self._checked = False
-        self._xml = False
+        self._form = "json"
 
     def _call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
         """`buf`: everything since the tag (or the JSON's first character)."""
-        if self._xml:
-            return self._xml_call(buf, out, calls)
+        if self._form != "json":
+            return self._closed_call(buf, out, calls)
         if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
             body = buf.lstrip()
             if self._opening and body and body[0] == "<":  # after the tag: perhaps <function=... (XML)
                 if body.startswith(_XML_FUNCTION):
                     self._opening += buf[: len(buf) - len(body)]
-                    self._xml = True
-                    return self._xml_call(body, out, calls)
+                    self._form = "xml"
+                    return self._closed_call(body, out, calls)
                 if _XML_FUNCTION.startswith(body):
                     self._held = buf
                     return ""
+            if self._opening and self.closing and body and body[0] not in "{[<`" and self._may_name(body):
+                self._opening += buf[: len(buf) - len(body)]  # GLM's form: the tool's name after the tag
+                self._form = "glm"
+                return self._closed_call(body, out, calls)
             if body.startswith("```"):
                 fence_end = body.find("\n")
                 if fence_end < 0:
@@ -273,21 +284,34 @@ class ToolCallParser:
         self._state, self._at_start = _State.AFTER, True
         return buf[end:]
 
-    def _xml_call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
-        """`buf`: from `<function=` on; held until `</function>`, then a call, or text if it names no tool."""
-        end = buf.find(_XML_END)
+    def _may_name(self, body: str) -> bool:
+        """Whether text after the tag starts with a declared tool's name (or, so far, a start of one)."""
+        word = _NAME.match(body).group(0)  # type: ignore[union-attr]  # matches the empty string at least
+        if len(word) == len(body):
+            return any(name.startswith(word) for name in self.names)
+        return word in self.names
+
+    def _closed_call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
+        """`buf`: an XML call from `<function=` on, held until `</function>`; a GLM call from its name on, held until
+        the closing tag (left for the AFTER state). Then a call, or text if it names no tool."""
+        xml = self._form == "xml"
+        if not xml and not self._may_name(buf):  # the name went on into no tool's: the tag was text
+            self._form = "json"
+            return self._not_a_call(buf, out)
+        end = buf.find(_XML_END if xml else self.closing)
         if end < 0:
             self._held = buf
             return ""
-        end += len(_XML_END)
-        call = self._xml_of(buf[:end])
+        if xml:
+            end += len(_XML_END)
+        call = self._xml_of(buf[:end]) if xml else self._glm_of(buf[:end])
         if call is None:
-            self._xml = False
+            self._form = "json"
             return self._not_a_call(buf, out, end)
         call["function"]["index"] = self._count
         self._count += 1
         calls.append(call)
-        self._state, self._at_start, self._xml = _State.AFTER, True, False
+        self._state, self._at_start, self._form = _State.AFTER, True, "json"
         return buf[end:]
 
     def _xml_of(self, block: str) -> ToolCall | None:
@@ -300,6 +324,20 @@ class ToolCallParser:
         for match in _XML_PARAMETER.finditer(block, head_end):
             key = match.group(1).strip()
             args[key] = _typed(match.group(2).removeprefix("\n").removesuffix("\n"), types.get(key))
+        return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
+
+    def _glm_of(self, block: str) -> ToolCall | None:
+        """GLM's call (GLM 4.6 and 4.7, Laguna, Ling, Hunyuan write it): the name, then `<arg_key>K</arg_key>` and
+        `<arg_value>V</arg_value>` for each argument, each value read as the tool's schema types it."""
+        first = block.find(_GLM_KEY)
+        name = (block if first < 0 else block[:first]).strip()
+        if name not in self.names:
+            return None
+        types = self._types.get(name, {})
+        args = {}
+        for match in _GLM_ARGUMENT.finditer(block, max(first, 0)):
+            key = match.group(1).strip()
+            args[key] = _typed(match.group(2), types.get(key))
         return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
 
     def _not_a_call(self, buf: str, out: list[str], end: int = 1) -> str:
