@@ -35,7 +35,7 @@ from ollama_py.server.truncation import (
 from ollama_py.template.forced_calls import ForcedCall
 from ollama_py.template.harmony import PRESERVED_TOKENS, HarmonyParser, prefill_of, reasoning_effort
 from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
-from ollama_py.template.tool_calls import ToolCallParser, infer_tool_tag, known_tool_tag
+from ollama_py.template.tool_calls import ToolCallParser, gguf_tool_tag, infer_tool_tag, known_tool_tag
 
 if TYPE_CHECKING:
     from ollama_py.server.streaming import Lane  # streaming imports Delta from here
@@ -371,8 +371,11 @@ class _Split:
         calls = None
         if req.tools:  # the tag comes from rendering the template (once per template, off the loop; then no thread)
             template = req.model.prompt_template
-            tag = known_tool_tag(template)
-            if tag is None:
+            if template is None:  # the GGUF's own template, which llama-server renders
+                tag = gguf_tool_tag(req.model.info.chat_template if req.model.info is not None else None)
+            elif (known := known_tool_tag(template)) is not None:
+                tag = known
+            else:
                 tag = await asyncio.to_thread(infer_tool_tag, template)
             calls = ToolCallParser(req.tools, tag)
         return None if thinking is None and calls is None else cls(thinking, calls, req.single_call)

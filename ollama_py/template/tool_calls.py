@@ -19,7 +19,9 @@ or an array as JSON; a string, or a value that does not read as its type, as the
 
 Or GLM's (GLM 4.6 and 4.7, Laguna, Ling 3 and Hunyuan 3 write it; Ollama's glm-4.7 parser): the tool's name right after
 the tag, then `<arg_key>K</arg_key><arg_value>V</arg_value>` for each argument, up to the closing tag; its values read
-as the XML form's are. It is taken for a call only while the text after the tag is (so far) a declared tool's name.
+as the XML form's are. Or Mistral's (Mistral Small 3.2, Devstral, Magistral, Ministral 3): `[TOOL_CALLS]NAME[ARGS]{...}`
+(`[CALL_ID]ID` may come before `[ARGS]`; Ministral 3 writes several calls after one tag). Either is taken for a call
+only while the text after the tag is (so far) a declared tool's name.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from ollama_py.memo import Memo
 from ollama_py.template.prompt import render_prompt
 
 DEFAULT_TAG = "<tool_call>"
+MISTRAL_TAG = "[TOOL_CALLS]"
+_MISTRAL_ARGS, _MISTRAL_ID = "[ARGS]", "[CALL_ID]"
 _XML_FUNCTION, _XML_END = "<function=", "</function>"
 _XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
 _GLM_KEY = "<arg_key>"
 _GLM_ARGUMENT = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
-_NAME = re.compile(r"[^\s<]*")
+_NAME = re.compile(r"[^\s<\[]*")
 JSON_TAG = "{"  # the template writes the call's JSON with nothing before it
 _PROBE_NAME = "zz_probe_tool_zz"
 _PROBE_TEXT = "zz_probe_text_zz"
@@ -81,11 +85,19 @@ def _infer_tool_tag(template: str | None) -> str:
             break
         common += 1
     at = with_call.find(_PROBE_NAME, common)
-    start = with_call.rfind("{", common, at)  # the call's JSON object (a name outside JSON is not our format)
-    if at < 0 or text_at < 0 or start < 0:
+    if at < 0 or text_at < 0:
         return DEFAULT_TAG
+    start = with_call.rfind("{", common, at)  # the call's JSON object
+    if start < 0:  # the name before any JSON: Mistral's `[TOOL_CALLS]NAME[ARGS]{...}`, GLM's `<tool_call>NAME<arg_key>`
+        return with_call[common:at].strip() or DEFAULT_TAG
     tag = with_call[common:start].strip().rstrip("[").strip()
     return tag or JSON_TAG
+
+
+def gguf_tool_tag(chat_template: str | None) -> str:
+    """The tag for a model whose GGUF chat template renders its prompts (Jinja, not rendered here to find it):
+    Mistral's `[TOOL_CALLS]` where the template writes it, else DEFAULT_TAG."""
+    return MISTRAL_TAG if chat_template and MISTRAL_TAG in chat_template else DEFAULT_TAG
 
 
 _TAGS: Memo[str | None, str] = Memo(_infer_tool_tag, 64)  # infer_tool_tag's answers by template
@@ -250,9 +262,11 @@ class ToolCallParser:
                 if _XML_FUNCTION.startswith(body):
                     self._held = buf
                     return ""
-            if self._opening and self.closing and body and body[0] not in "{[<`" and self._may_name(body):
-                self._opening += buf[: len(buf) - len(body)]  # GLM's form: the tool's name after the tag
-                self._form = "glm"
+            if self._opening and body and body[0] not in "{[<`" and self._may_name(body):
+                # the tool's name after the tag: GLM's form (up to the closing tag) or Mistral's ([ARGS] and JSON)
+                self._opening += buf[: len(buf) - len(body)]
+                self._form = "glm" if self.closing else "mistral"
+                self._scan = _JsonEnd()
                 return self._closed_call(body, out, calls)
             if body.startswith("```"):
                 fence_end = body.find("\n")
@@ -298,6 +312,8 @@ class ToolCallParser:
         if not xml and not self._may_name(buf):  # the name went on into no tool's: the tag was text
             self._form = "json"
             return self._not_a_call(buf, out)
+        if self._form == "mistral":
+            return self._mistral_call(buf, out, calls)
         end = buf.find(_XML_END if xml else self.closing)
         if end < 0:
             self._held = buf
@@ -325,6 +341,29 @@ class ToolCallParser:
             key = match.group(1).strip()
             args[key] = _typed(match.group(2).removeprefix("\n").removesuffix("\n"), types.get(key))
         return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
+
+    def _mistral_call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
+        """`buf`: from the name on: `NAME[ARGS]{...}` (or `NAME[CALL_ID]ID[ARGS]{...}`), held until the JSON ends."""
+        args_at = buf.find(_MISTRAL_ARGS)
+        if args_at < 0:
+            self._held = buf
+            return ""
+        value_at = args_at + len(_MISTRAL_ARGS)
+        end = self._scan.scan(buf[value_at:]) if buf[value_at:].lstrip()[:1] in ("{", "") else 0
+        if end < 0:
+            self._held = buf
+            return ""
+        end += value_at
+        name = buf[:args_at].split(_MISTRAL_ID)[0].strip()
+        call = self._call_of({"name": name, "arguments": buf[value_at:end]}) if end > value_at else None
+        if call is None:
+            self._form = "json"
+            return self._not_a_call(buf, out, max(end, value_at))
+        call["function"]["index"] = self._count
+        self._count += 1
+        calls.append(call)
+        self._state, self._at_start, self._form = _State.AFTER, True, "json"
+        return buf[end:]
 
     def _glm_of(self, block: str) -> ToolCall | None:
         """GLM's call (GLM 4.6 and 4.7, Laguna, Ling, Hunyuan write it): the name, then `<arg_key>K</arg_key>` and
@@ -358,6 +397,10 @@ class ToolCallParser:
             elif self.closing.startswith(body):
                 self._held = buf
                 return ""
+        elif self.tag == MISTRAL_TAG and body[0] not in "{[<`" and self._may_name(body):
+            # Ministral 3 writes its next call's name right after the last call's JSON, without another tag
+            self._state, self._opening, self._form, self._scan = _State.CALL, "", "mistral", _JsonEnd()
+            return body
         self._state = _State.TEXT
         return body
 
