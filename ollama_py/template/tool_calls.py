@@ -307,7 +307,8 @@ class ToolCallParser:
 
     def _closed_call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
         """`buf`: an XML call from `<function=` on, held until `</function>`; a GLM call from its name on, held until
-        the closing tag (left for the AFTER state). Then a call, or text if it names no tool."""
+        the closing tag (left for the AFTER state); a Mistral call from its name on (_mistral_call). Then a call, or
+        text if it names no tool."""
         xml = self._form == "xml"
         if not xml and not self._may_name(buf):  # the name went on into no tool's: the tag was text
             self._form = "json"
@@ -324,11 +325,15 @@ class ToolCallParser:
         if call is None:
             self._form = "json"
             return self._not_a_call(buf, out, end)
+        return self._made(call, calls, buf[end:])
+
+    def _made(self, call: ToolCall, calls: list[ToolCall], rest: str) -> str:
+        """A finished call: numbered and kept; `rest` is read as what may follow a call."""
         call["function"]["index"] = self._count
         self._count += 1
         calls.append(call)
         self._state, self._at_start, self._form = _State.AFTER, True, "json"
-        return buf[end:]
+        return rest
 
     def _xml_of(self, block: str) -> ToolCall | None:
         head_end = block.find(">")
@@ -359,11 +364,7 @@ class ToolCallParser:
         if call is None:
             self._form = "json"
             return self._not_a_call(buf, out, max(end, value_at))
-        call["function"]["index"] = self._count
-        self._count += 1
-        calls.append(call)
-        self._state, self._at_start, self._form = _State.AFTER, True, "json"
-        return buf[end:]
+        return self._made(call, calls, buf[end:])
 
     def _glm_of(self, block: str) -> ToolCall | None:
         """GLM's call (GLM 4.6 and 4.7, Laguna, Ling, Hunyuan write it): the name, then `<arg_key>K</arg_key>` and

@@ -6,6 +6,9 @@ tests and langchain-ollama's read what they answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 # What the fake says when told FAKE_REPLY=CALL: a call in the <tool_call> form qwen's templates write.
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy"]  # the fake's default answer
@@ -37,3 +40,20 @@ TOOLS_TEMPLATE = (
     '{{ range .ToolCalls }}<tool_call>{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}'
     "</tool_call>{{ end }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
 )
+
+
+def parse_streamed(tools: Sequence[Mapping[str, Any]], tag: str, text: str, cuts: Sequence[int] = ()
+                   ) -> tuple[str, list[Any]]:
+    """`text` through a ToolCallParser in pieces of the lengths `cuts` (the rest in one), then finish(): the text
+    shown and the calls made."""
+    from ollama_py.template.tool_calls import ToolCallParser
+
+    parser = ToolCallParser(tools, tag)
+    out, calls, at = [], [], 0
+    for n in [*cuts, len(text)]:
+        piece, found = parser.add(text[at:at + n])
+        out.append(piece)
+        calls.extend(found)
+        at += n
+    piece, found = parser.finish()
+    return "".join([*out, piece]), [*calls, *found]

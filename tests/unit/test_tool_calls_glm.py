@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ollama_py.template.tool_calls import ToolCallParser
+from tests.helpers.tool_calls import parse_streamed
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"}, "units": {"type": "object"}}}}},
@@ -19,16 +20,7 @@ CALL = ('Let me check.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Pa
 
 
 def run(text: str, cuts: list[int] | None = None) -> tuple[str, list[Any]]:
-    parser = ToolCallParser(TOOLS)
-    out, calls, at = [], [], 0
-    for n in [*(cuts or []), len(text)]:
-        piece, found = parser.add(text[at:at + n])
-        out.append(piece), calls.extend(found)
-        at += n
-    piece, found = parser.add(text[at:])
-    out.append(piece), calls.extend(found)
-    piece, found = parser.finish()
-    return "".join([*out, piece]), [*calls, *found]
+    return parse_streamed(TOOLS, "<tool_call>", text, cuts or ())
 
 
 def test_a_call_with_arguments_typed_by_the_tools_schema() -> None:

@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ollama_py.template.tool_calls import ToolCallParser, gguf_tool_tag, infer_tool_tag
+from ollama_py.template.tool_calls import gguf_tool_tag, infer_tool_tag
+from tests.helpers.tool_calls import parse_streamed
 
 MISTRAL_TAG = "[TOOL_CALLS]"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -18,16 +19,7 @@ TWO = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]now[CALL_ID]a1b
 
 
 def run(text: str, cuts: list[int] | None = None) -> tuple[str, list[Any]]:
-    parser = ToolCallParser(TOOLS, MISTRAL_TAG)
-    out, calls, at = [], [], 0
-    for n in [*(cuts or []), len(text)]:
-        piece, found = parser.add(text[at:at + n])
-        out.append(piece), calls.extend(found)
-        at += n
-    piece, found = parser.add(text[at:])
-    out.append(piece), calls.extend(found)
-    piece, found = parser.finish()
-    return "".join([*out, piece]), [*calls, *found]
+    return parse_streamed(TOOLS, MISTRAL_TAG, text, cuts or ())
 
 
 def names_and_args(calls: list[Any]) -> list[tuple[int, str, Any]]:
