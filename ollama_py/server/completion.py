@@ -33,8 +33,9 @@ from ollama_py.server.truncation import (
     without,
 )
 from ollama_py.template.forced_calls import ForcedCall
-from ollama_py.template.harmony import PRESERVED_TOKENS, HarmonyParser, prefill_of, reasoning_effort
-from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget
+from ollama_py.template.gemma4 import Gemma4Parser
+from ollama_py.template.harmony import HarmonyParser, prefill_of, reasoning_effort
+from ollama_py.template.thinking import ThinkingParser, chat_template_tags, infer_tags, think_budget
 from ollama_py.template.tool_calls import ToolCallParser, gguf_tool_tag, infer_tool_tag, known_tool_tag
 
 if TYPE_CHECKING:
@@ -102,6 +103,11 @@ class CompletionRequest:
         """Its answer is read as harmony (template/harmony.py): a conversation a harmony model's template renders
         (a raw prompt's answer is what llama-server prints)."""
         return self.messages is not None and self.model.harmony
+
+    @property
+    def gemma4(self) -> bool:
+        """Its answer is read as Gemma 4's (template/gemma4.py): a conversation a Gemma 4 model's template renders."""
+        return self.messages is not None and self.model.gemma4
 
 
 @dataclass(slots=True)
@@ -173,6 +179,8 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         # a model whose template thinks renders with enable_thinking as `think` says (on unless false), as Ollama
         # renders it; llama-server's own default is off for a template its parsers do not know
         thinking = req.think is not False if "thinking" in req.model.capabilities else None
+        if req.model.gemma4:  # Gemma 4 thinks when asked to, as Ollama's renderer has it (its template's default)
+            thinking = req.thinks
         effort = reasoning_effort(req.think) if req.model.harmony else None
         prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client, thinking=thinking, effort=effort)
     if images:
@@ -349,8 +357,9 @@ class _Split:
     """The thinking and tool-call parsers of one completion: an event's text as (thought, content, calls)."""
 
     def __init__(self, thinking: ThinkingParser | None, calls: ToolCallParser | None, single: bool = False,
-                 harmony: HarmonyParser | None = None) -> None:
-        self.thinking, self.calls, self.harmony = thinking, calls, harmony
+                 whole: HarmonyParser | Gemma4Parser | None = None) -> None:
+        # `whole`: a model's own format, which says what is thought, content and a call all at once
+        self.thinking, self.calls, self.whole = thinking, calls, whole
         self.room = 1 if single else -1  # calls still allowed (-1: any number)
 
     @classmethod
@@ -364,9 +373,14 @@ class _Split:
             # template, as llama-server renders it, closes it and opens a new one)
             prefill = prefill_of(req.messages) if req.model.prompt_template else ""
             return cls(None, None, req.single_call, HarmonyParser(req.tools, prefill))
+        if req.gemma4:
+            return cls(None, None, req.single_call, Gemma4Parser(req.tools, thinking=req.thinks))
         thinking = None
         if req.thinks:
-            opening, closing = infer_tags(req.model.prompt_template or "")
+            if req.model.prompt_template:
+                opening, closing = infer_tags(req.model.prompt_template)
+            else:  # the GGUF's own template
+                opening, closing = chat_template_tags(req.model.info.chat_template if req.model.info else None)
             thinking = ThinkingParser(opening, closing, inside=prompt_text(prompt).rstrip().endswith(opening))
         calls = None
         if req.tools:  # the tag comes from rendering the template (once per template, off the loop; then no thread)
@@ -383,10 +397,10 @@ class _Split:
     def add(self, content: str, stop: bool) -> tuple[str, str, list[ToolCall]]:
         thought = ""
         calls: list[ToolCall] = []
-        if self.harmony is not None:
-            thought, content, calls = self.harmony.add(content)
+        if self.whole is not None:
+            thought, content, calls = self.whole.add(content)
             if stop:
-                more_thought, more_content, more_calls = self.harmony.finish()
+                more_thought, more_content, more_calls = self.whole.finish()
                 thought, content, calls = thought + more_thought, content + more_content, calls + more_calls
         if self.thinking is not None:
             thought, content = self.thinking.add(content)
@@ -402,9 +416,20 @@ class _Split:
             calls, self.room = calls[:self.room], max(0, self.room - len(calls))
         return thought, content, calls
 
+    @property
+    def markers(self) -> list[str]:
+        """What the parsers split the answer at, for the runner to print even where the vocabulary holds it as a
+        control token (Mistral's `[TOOL_CALLS]` and `[THINK]`, DeepSeek's, gpt-oss's markers): llama-server's own
+        chat route names its format's markers so, and Ollama's /completion requests name its parsers'."""
+        found: list[str] = []
+        for parser in (self.whole, self.thinking, self.calls):
+            if parser is not None:
+                found += parser.markers
+        return list(dict.fromkeys(found))
 
-def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any],
-                 thinking: ThinkingParser | None, n_ctx: int) -> dict[str, Any]:
+
+def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any], split: _Split | None,
+                 n_ctx: int) -> dict[str, Any]:
     """llama-server's /completion request."""
     body = completion_body(req.options, req.format)
     if req.forced is not None:  # over any response format: the answer is the call's JSON
@@ -419,10 +444,11 @@ def _runner_body(req: CompletionRequest, prompt: str | list[Any] | dict[str, Any
         body["n_probs"] = max(req.logprobs, 1)
     if req.progress:
         body["return_progress"] = True
-    if thinking is not None:
-        body.update(_budget_fields(req, thinking))
-    if req.harmony:  # its markers are control tokens: printed only if named
-        body["preserved_tokens"] = list(PRESERVED_TOKENS)
+    if split is not None:
+        if split.thinking is not None:
+            body.update(_budget_fields(req, split.thinking))
+        if markers := split.markers:
+            body["preserved_tokens"] = markers
     return body
 
 
@@ -476,7 +502,7 @@ async def _deltas(loaded: Loaded, req: CompletionRequest, out: _Collected, split
     """The runner's events as Deltas, up to its stop event (kept in `out`; the slot is given back with it). A
     prompt too long for the context is fitted once (fit_prompt) and sent again; a runner that dies under the
     request becomes its error."""
-    body = _runner_body(req, out.prompt, split.thinking if split is not None else None, loaded.plan.spec.num_ctx)
+    body = _runner_body(req, out.prompt, split, loaded.plan.spec.num_ctx)
     if not req.shift:
         await _stop_at_context_end(req, loaded, out.prompt, body)
     while True:  # at most twice

@@ -46,6 +46,7 @@ from ollama_py.store.manifests import (
     Manifest,
     ManifestStore,
 )
+from ollama_py.template.gemma4 import gemma4_thinks, is_gemma4
 from ollama_py.template.harmony import is_harmony
 from ollama_py.template.jinja_chat import template_thinks
 from ollama_py.template.prompt import template_uses  # which variables a Go template really references
@@ -105,9 +106,23 @@ class Model:
         template = self.prompt_template
         if template is None and self.info is not None:
             template = self.info.chat_template
+        return is_harmony(family if isinstance(family, str) else "", template, self._parser)
+
+    @functools.cached_property
+    def gemma4(self) -> bool:
+        """Gemma 4's format (template/gemma4.py): thinking on its channel, tool calls in its own syntax, read so
+        whatever else its template says (Ollama's `PARSER gemma4`; a GGUF chat template that writes both)."""
+        return is_gemma4(self._gguf_template, self._parser)
+
+    @property
+    def _gguf_template(self) -> str | None:
+        """The GGUF's chat template where it renders the prompts (no Go template), else None."""
+        return self.info.chat_template if self.prompt_template is None and self.info is not None else None
+
+    @property
+    def _parser(self) -> str | None:
         parser = self.config.get("parser")
-        return is_harmony(family if isinstance(family, str) else "", template,
-                          parser if isinstance(parser, str) else None)
+        return parser if isinstance(parser, str) else None
 
     @property
     def parent_model(self) -> str:
@@ -153,12 +168,15 @@ class Model:
         elif info is not None and info.chat_template:
             # No Go template: llama-server renders the GGUF's own Jinja template, tools included, and thinks where
             # the template says so (Ollama's chatTemplateCapabilities)
-            if "tools" in info.chat_template:
+            if "tools" in info.chat_template or "tool_call" in info.chat_template:  # chatTemplateHasToolSupport
                 caps.append("tools")
             if template_thinks(info.chat_template):
                 caps.append("thinking")
         if self.harmony:  # its parser reads thinking and tool calls whatever the template shows
             caps += [c for c in ("tools", "thinking") if c not in caps]
+        if self.gemma4:
+            caps += [c for c in ("tools", *(("thinking",) if gemma4_thinks(self._gguf_template, self._parser)
+                                            else ())) if c not in caps]
         return tuple(caps)
 
     @functools.cached_property

@@ -134,6 +134,11 @@ class HarmonyParser:
         self._call_args: list[str] = []
         self._count = 0
 
+    @property
+    def markers(self) -> list[str]:
+        """The format's markers, control tokens that llama-server prints only when the request names them."""
+        return list(PRESERVED_TOKENS)
+
     def add(self, text: str) -> tuple[str, str, list[ToolCall]]:
         self._buf += text
         thinking: list[str] = []

@@ -362,8 +362,11 @@ _compile_lock = threading.Lock()
 
 def template_thinks(source: str) -> bool:
     """Ollama's thinking capability of a Jinja chat template (chatTemplateHasThinkingSupport): it writes <think> and
-    </think>, or splits past answers at </think> (some Qwen and DeepSeek templates) without reasoning_content."""
+    </think> (or Mistral's [THINK] and [/THINK], which Ollama's ministral parser reads as thinking), or splits past
+    answers at </think> (some Qwen and DeepSeek templates) without reasoning_content."""
     if "<think>" in source and "</think>" in source:
+        return True
+    if "[THINK]" in source and "[/THINK]" in source:  # Magistral, Ministral 3 Reasoning (Ollama's ministral parser)
         return True
     return (("content.split('</think>')" in source or 'content.split("</think>")' in source)
             and "reasoning_content" not in source and "<SPECIAL_12>" not in source)

@@ -13,6 +13,7 @@ import enum
 import re
 
 DEFAULT_TAGS = ("<think>", "</think>")
+MISTRAL_TAGS = ("[THINK]", "[/THINK]")  # Magistral, Ministral 3 Reasoning: control tokens of their vocabulary
 
 # Tokens of thinking a `think` level allows on a model whose template does not take the level itself (its
 # template has no .ThinkLevel, so the level would otherwise mean plain `true`). "max": no budget.
@@ -24,6 +25,14 @@ def infer_tags(template: str) -> tuple[str, str]:
     """The tags the template puts around `.Thinking` when it renders past thoughts, else <think></think>."""
     m = _AROUND.search(template or "")
     return (m.group(1), m.group(2)) if m else DEFAULT_TAGS
+
+
+def chat_template_tags(source: str | None) -> tuple[str, str]:
+    """The tags a GGUF chat template's model thinks in: Mistral's `[THINK]` where the template writes them (Ollama's
+    ministral parser reads them), else <think></think>."""
+    if source and MISTRAL_TAGS[0] in source and MISTRAL_TAGS[1] in source:
+        return MISTRAL_TAGS
+    return DEFAULT_TAGS
 
 
 def uses_thinking(template: str | None) -> bool:
@@ -69,6 +78,12 @@ class ThinkingParser:
         self.inside = inside  # the prompt opened the block
         self._state = _State.STARTED if inside else _State.LOOKING
         self._held = ""
+
+    @property
+    def markers(self) -> list[str]:
+        """The tags this parser splits at: a vocabulary may hold them as control tokens, which llama-server leaves
+        out of its text unless the request names them (`preserved_tokens`)."""
+        return [self.opening, self.closing]
 
     def add(self, text: str) -> tuple[str, str]:
         thinking, content = [], []

@@ -40,10 +40,14 @@ from ollama_py.template.prompt import render_prompt
 
 DEFAULT_TAG = "<tool_call>"
 MISTRAL_TAG = "[TOOL_CALLS]"
+DEEPSEEK_TAG = "<｜tool▁calls▁begin｜>"
+_DEEPSEEK_END = "<｜tool▁calls▁end｜>"
+_DEEPSEEK_CALL, _DEEPSEEK_CALL_END, _DEEPSEEK_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 _MISTRAL_ARGS, _MISTRAL_ID = "[ARGS]", "[CALL_ID]"
 _XML_FUNCTION, _XML_END = "<function=", "</function>"
 _XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
 _GLM_KEY = "<arg_key>"
+_GLM_TAGS = ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]
 _GLM_ARGUMENT = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
 _NAME = re.compile(r"[^\s<\[]*")
 JSON_TAG = "{"  # the template writes the call's JSON with nothing before it
@@ -96,8 +100,11 @@ def _infer_tool_tag(template: str | None) -> str:
 
 def gguf_tool_tag(chat_template: str | None) -> str:
     """The tag for a model whose GGUF chat template renders its prompts (Jinja, not rendered here to find it):
-    Mistral's `[TOOL_CALLS]` where the template writes it, else DEFAULT_TAG."""
-    return MISTRAL_TAG if chat_template and MISTRAL_TAG in chat_template else DEFAULT_TAG
+    Mistral's `[TOOL_CALLS]` or DeepSeek's where the template writes it, else DEFAULT_TAG."""
+    for tag in (MISTRAL_TAG, DEEPSEEK_TAG):
+        if chat_template and tag in chat_template:
+            return tag
+    return DEFAULT_TAG
 
 
 _TAGS: Memo[str | None, str] = Memo(_infer_tool_tag, 64)  # infer_tool_tag's answers by template
@@ -111,6 +118,14 @@ def _closing(tag: str) -> str:
             inner = tag[len(left):-len(right)]
             return "" if inner.startswith("/") else f"{left}/{inner}{right}"
     return ""
+
+
+def _leading_special(tag: str) -> str:
+    """The bracketed token a tag starts with (`[TOOL_CALLS][` -> `[TOOL_CALLS]`), "" if it does not."""
+    pairs = {"[": "]", "<": ">"}
+    close = pairs.get(tag[:1])
+    end = tag.find(close) if close else -1
+    return tag[:end + 1] if end > 0 else ""
 
 
 def _partial_suffix(text: str, tag: str) -> int:
@@ -173,8 +188,10 @@ class ToolCallParser:
                        if isinstance(t.get("function"), Mapping) and isinstance(t["function"].get("name"), str)}
         self.names = set(self._types)
         self._form = "json"  # the open call's form: JSON, Qwen3-Coder's XML (<function=...>), GLM's (NAME<arg_key>)
+        if tag.startswith(DEEPSEEK_TAG):  # a Go template's tag runs on into the first call's own markers
+            tag = DEEPSEEK_TAG
         self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
-        self.closing = _closing(self.tag)
+        self.closing = _DEEPSEEK_END if tag == DEEPSEEK_TAG else _closing(self.tag)
         self._state = _State.TEXT
         self._at_start = True  # nothing but whitespace since the start or the last call
         self._held = ""
@@ -182,6 +199,24 @@ class ToolCallParser:
         self._scan = _JsonEnd()
         self._checked = False
         self._count = 0
+
+    @property
+    def markers(self) -> list[str]:
+        """The pieces of text this parser finds calls by: the tag (and the special token it starts with, as in
+        `[TOOL_CALLS][`), its closing tag, and the markers inside a call of the forms that tag opens (Mistral's
+        `[ARGS]`, `[CALL_ID]`; GLM's argument tags). A vocabulary may hold them as control tokens, which
+        llama-server leaves out of its text unless the request names them (`preserved_tokens`; strings that are
+        not one token are ignored there)."""
+        if not self.tag:
+            return []
+        found = [self.tag, _leading_special(self.tag), self.closing]
+        if self.tag.startswith(MISTRAL_TAG):
+            found += [_MISTRAL_ARGS, _MISTRAL_ID]
+        elif self.tag == DEEPSEEK_TAG:
+            found += [_DEEPSEEK_CALL, _DEEPSEEK_CALL_END, _DEEPSEEK_SEP]
+        elif self.closing:
+            found += _GLM_TAGS
+        return list(dict.fromkeys(m for m in found if m))
 
     def add(self, text: str) -> tuple[str, list[ToolCall]]:
         out: list[str] = []
@@ -201,6 +236,13 @@ class ToolCallParser:
         (a JSON value that was complete enough to parse still becomes a call); a partial closing tag is dropped."""
         held, self._held = self._held, ""
         state, self._state = self._state, _State.TEXT
+        if state is _State.CALL and self._form == "deepseek":  # the calls that were finished, if all were
+            self._form = "json"
+            found = self._deepseek_calls(held, closed=False)
+            for call in found:
+                self._made(call, [], "")
+            self._state = _State.TEXT
+            return ("", found) if found else (self._opening + held, [])
         if state is _State.CALL and self._form != "json":  # never closed: not a call
             self._form = "json"
             return self._opening + held, []
@@ -254,6 +296,9 @@ class ToolCallParser:
             return self._closed_call(buf, out, calls)
         if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
             body = buf.lstrip()
+            if self._opening and self.tag == DEEPSEEK_TAG:  # DeepSeek's calls, each in its own markers
+                self._form = "deepseek"
+                return self._closed_call(buf, out, calls)
             if self._opening and body and body[0] == "<":  # after the tag: perhaps <function=... (XML)
                 if body.startswith(_XML_FUNCTION):
                     self._opening += buf[: len(buf) - len(body)]
@@ -309,6 +354,8 @@ class ToolCallParser:
         """`buf`: an XML call from `<function=` on, held until `</function>`; a GLM call from its name on, held until
         the closing tag (left for the AFTER state); a Mistral call from its name on (_mistral_call). Then a call, or
         text if it names no tool."""
+        if self._form == "deepseek":
+            return self._deepseek_block(buf, out, calls)
         xml = self._form == "xml"
         if not xml and not self._may_name(buf):  # the name went on into no tool's: the tag was text
             self._form = "json"
@@ -365,6 +412,46 @@ class ToolCallParser:
             self._form = "json"
             return self._not_a_call(buf, out, max(end, value_at))
         return self._made(call, calls, buf[end:])
+
+    def _deepseek_block(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
+        """`buf`: DeepSeek's calls after the tag, held until `<｜tool▁calls▁end｜>`; calls if every one reads."""
+        end = buf.find(_DEEPSEEK_END)
+        if end < 0:
+            self._held = buf
+            return ""
+        found = self._deepseek_calls(buf[:end])
+        if not found:
+            self._form = "json"
+            return self._not_a_call(buf, out, end + len(_DEEPSEEK_END))
+        for call in found:
+            self._made(call, calls, "")
+        return buf[end + len(_DEEPSEEK_END):]
+
+    def _deepseek_calls(self, block: str, closed: bool = True) -> list[ToolCall]:
+        """Each `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>` (DeepSeek V3.1 and later) or
+        `...begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>` (R1 and its distills) in a
+        block; [] if anything in it is not such a call of a declared tool. `closed`: the block's end was seen (else
+        its text after the last finished call is dropped, as the answer stopped there)."""
+        head, *parts = block.split(_DEEPSEEK_CALL)
+        if head.strip() or not parts:
+            return []
+        if not closed and _DEEPSEEK_CALL_END not in parts[-1]:
+            parts = parts[:-1]
+        found: list[ToolCall] = []
+        for part in parts:
+            body, ended, rest = part.partition(_DEEPSEEK_CALL_END)
+            name, sep, args = body.partition(_DEEPSEEK_SEP)
+            if not ended or not sep or rest.strip():
+                return []
+            name = name.strip()
+            if name == "function" and name not in self.names:  # R1's form: the type first, the name on its line
+                name, _, args = args.partition("\n")
+                args = args.strip().removeprefix("```json").removeprefix("```").removesuffix("```")
+            call = self._call_of({"name": name.strip(), "arguments": args.strip()})
+            if call is None:
+                return []
+            found.append(call)
+        return found
 
     def _glm_of(self, block: str) -> ToolCall | None:
         """GLM's call (GLM 4.6 and 4.7, Laguna, Ling, Hunyuan write it): the name, then `<arg_key>K</arg_key>` and

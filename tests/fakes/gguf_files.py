@@ -546,3 +546,67 @@ def write_tiny_olmo(path: Path, *, ollama_layout: bool = False, seed: int = 0) -
             b + "post_ffw_norm.weight": ones(n_embd),
         }
     return _finish(writer, tensors, path)
+
+
+# -- a model that writes a chosen answer, on the real llama-server ------------------------------------------------
+
+def write_scripted_gguf(path: Path, script: list[str], *, control: tuple[str, ...] = (),
+                        chat_template: str | None = None, n_ctx: int = 512) -> Path:
+    """A one-block llama model whose greedy (or any) answer to any prompt is `script`, piece by piece, then its
+    end-of-generation token. Each piece is one token of its own (CONTROL type for those in `control`, as a
+    converter marks a vocabulary's special tokens, else USER_DEFINED: printed as written); the rest of the
+    vocabulary is byte-level, so any prompt tokenizes. The weights make it a bigram machine: attention and
+    feed-forward are zero, so the last hidden state is the current token's embedding, a one-hot of its place in
+    the script (every other token shares place 0), and the output row of the next piece is the only one that
+    scores. The pieces must differ (a bigram cannot count)."""
+    if len(set(script)) != len(script):
+        raise ValueError("each piece of the script must be a different token")
+    n_embd, n_ff, heads = 64, 64, 4
+    if len(script) + 1 > n_embd:
+        raise ValueError(f"a script of at most {n_embd - 1} pieces")
+    eos = "<|scripted_end|>"
+    tokens = [*_byte_tokens(), "ab", *script, eos]
+    first = 257  # the script's first token id
+    types = [1] * 257 + [3 if piece in control else 4 for piece in script] + [3]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_type("model")
+    writer.add_name("scripted")
+    writer.add_file_type(0)
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(len(tokens) - 1)
+    writer.add_eos_token_id(len(tokens) - 1)
+    writer.add_add_bos_token(False)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+    embd = np.zeros((len(tokens), n_embd), np.float32)
+    embd[:, 0] = 1.0  # any token not in the script: place 0, followed by the first piece
+    out = np.zeros((len(tokens), n_embd), np.float32)
+    out[first, 0] = 10.0
+    for k in range(len(script)):
+        embd[first + k] = 0.0
+        embd[first + k, k + 1] = 1.0
+        out[first + k + 1, k + 1] = 10.0  # piece k -> piece k + 1; the last -> the end token
+    zero = np.zeros
+    tensors = {"token_embd.weight": embd, "output_norm.weight": np.ones(n_embd, np.float32), "output.weight": out,
+               "blk.0.attn_norm.weight": np.ones(n_embd, np.float32),
+               "blk.0.ffn_norm.weight": np.ones(n_embd, np.float32),
+               "blk.0.attn_q.weight": zero((n_embd, n_embd), np.float32),
+               "blk.0.attn_k.weight": zero((n_embd, n_embd), np.float32),
+               "blk.0.attn_v.weight": zero((n_embd, n_embd), np.float32),
+               "blk.0.attn_output.weight": zero((n_embd, n_embd), np.float32),
+               "blk.0.ffn_gate.weight": zero((n_ff, n_embd), np.float32),
+               "blk.0.ffn_up.weight": zero((n_ff, n_embd), np.float32),
+               "blk.0.ffn_down.weight": zero((n_embd, n_ff), np.float32)}
+    return _finish(writer, tensors, path)

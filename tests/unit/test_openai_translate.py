@@ -165,13 +165,19 @@ def test_chat_completion_object() -> None:
 
 
 def test_chat_completion_tool_calls_carry_arguments_as_json_strings() -> None:
+    """Compact, as Go marshals Ollama's arguments."""
     body = oai.chat_completion(META, final(text="", tool_calls=[CALL]), None)
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["content"] == ""
     assert choice["message"]["tool_calls"] == [{"id": "call_ab", "index": 0, "type": "function",
                                                 "function": {"name": "get_weather",
-                                                             "arguments": '{"city": "Paris"}'}}]
+                                                             "arguments": '{"city":"Paris"}'}}]
+    ordered = {"function": {"name": "f", "arguments": {"z": 1, "a": "<&>", "n": {"y": 1.5, "b": [True, None]}}}}
+    body = oai.chat_completion(META, final(text="", tool_calls=[ordered]), None)
+    # in the model's order (nested maps sorted, as Go's maps are), HTML characters escaped as Go escapes them
+    assert body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == \
+        '{"z":1,"a":"\\u003c\\u0026\\u003e","n":{"b":[true,null],"y":1.5}}'
 
 
 def test_chat_completion_keeps_the_text_before_a_tool_call() -> None:

@@ -83,4 +83,4 @@ async def test_a_qwen3_coder_model_answers_its_tool_calls_as_tool_calls(fake_app
     r = await client.post("/v1/chat/completions", json={"model": "coder", "messages": ask, "tools": WEATHER})
     choice = (await r.json())["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
-    assert choice["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris", "days": 3}'
+    assert choice["message"]["tool_calls"][0]["function"]["arguments"] == '{"city":"Paris","days":3}'

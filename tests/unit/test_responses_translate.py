@@ -123,7 +123,7 @@ def test_a_whole_response_with_thinking_and_a_tool_call():
     out = rt.response("resp_1", "msg_1", "m", ECHO, final(text="", thinking="Hmm.", tool_calls=calls))
     assert [o["type"] for o in out["output"]] == ["reasoning", "function_call"]
     assert out["output"][0]["summary"] == [{"type": "summary_text", "text": "Hmm."}]
-    assert (out["output"][1]["call_id"], out["output"][1]["arguments"]) == ("call_9", '{"a": 1}')
+    assert (out["output"][1]["call_id"], out["output"][1]["arguments"]) == ("call_9", '{"a":1}')
 
 
 
@@ -242,7 +242,7 @@ def test_a_custom_tool_is_offered_as_a_function_of_one_string_that_names_its_gra
     ({"input": "*** Begin Patch\n*** End Patch"}, "*** Begin Patch\n*** End Patch"),
     ({"patch": "the one string, named otherwise"}, "the one string, named otherwise"),
     ({}, ""),
-    ({"a": 1, "b": "x"}, '{"a": 1, "b": "x"}'),
+    ({"a": 1, "b": "x"}, '{"a":1,"b":"x"}'),
 ])
 def test_a_call_of_a_custom_tool_goes_back_with_its_text_as_input(arguments: dict[str, Any], text: str):
     params = rt.parse_responses({"input": "Hi", "tools": [APPLY_PATCH, {"type": "function", "name": "ls"}]})
