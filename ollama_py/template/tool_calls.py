@@ -22,10 +22,18 @@ the tag, then `<arg_key>K</arg_key><arg_value>V</arg_value>` for each argument, 
 as the XML form's are. Or Mistral's (Mistral Small 3.2, Devstral, Magistral, Ministral 3): `[TOOL_CALLS]NAME[ARGS]{...}`
 (`[CALL_ID]ID` may come before `[ARGS]`; Ministral 3 writes several calls after one tag). Either is taken for a call
 only while the text after the tag is (so far) a declared tool's name.
+
+Or DeepSeek's (V3.1 and later, R1 and its distills; Ollama's deepseek3 parser): `<｜tool▁calls▁begin｜>`, then each
+call in `<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>` as `NAME<｜tool▁sep｜>{...}` or `function<｜tool▁sep｜>NAME` with
+its JSON in a fence, then `<｜tool▁calls▁end｜>`. Or LFM2's (Ollama's lfm2 parser): Python-style calls between
+`<|tool_call_start|>` and `<|tool_call_end|>`, `[NAME(key=value, ...), ...]`, read with Python's parser and never
+run (keyword arguments of literal values only). Both are held whole up to their closing tag: calls if every call in
+them reads as one of a declared tool, else text.
 """
 
 from __future__ import annotations
 
+import ast
 import enum
 import json
 import re
@@ -40,6 +48,8 @@ from ollama_py.template.prompt import render_prompt
 
 DEFAULT_TAG = "<tool_call>"
 MISTRAL_TAG = "[TOOL_CALLS]"
+LFM2_TAG = "<|tool_call_start|>"  # LFM2: Python-style calls, `[NAME(key=value, ...), ...]`
+_LFM2_END = "<|tool_call_end|>"
 DEEPSEEK_TAG = "<｜tool▁calls▁begin｜>"
 _DEEPSEEK_END = "<｜tool▁calls▁end｜>"
 _DEEPSEEK_CALL, _DEEPSEEK_CALL_END, _DEEPSEEK_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -99,14 +109,16 @@ def _infer_tool_tag(template: str | None) -> str:
 
 
 def gguf_tool_tag(chat_template: str | None) -> str:
-    """The tag for a model whose GGUF chat template renders its prompts (Jinja, not rendered here to find it):
-    Mistral's `[TOOL_CALLS]` or DeepSeek's where the template writes it, else DEFAULT_TAG."""
-    for tag in (MISTRAL_TAG, DEEPSEEK_TAG):
+    """The tag for a model whose GGUF chat template renders its prompts (Jinja, not rendered here to find it): the
+    first of the known tags the template writes (Mistral's, DeepSeek's, LFM2's, Granite 3's `<|tool_call|>`,
+    Nemotron Nano 2's `<TOOLCALL>`, Apriel's `<tool_calls>`), else DEFAULT_TAG."""
+    for tag in _GGUF_TAGS:
         if chat_template and tag in chat_template:
             return tag
     return DEFAULT_TAG
 
 
+_GGUF_TAGS = (MISTRAL_TAG, DEEPSEEK_TAG, LFM2_TAG, "<|tool_call|>", "<TOOLCALL>", "<tool_calls>")
 _TAGS: Memo[str | None, str] = Memo(_infer_tool_tag, 64)  # infer_tool_tag's answers by template
 
 
@@ -191,7 +203,7 @@ class ToolCallParser:
         if tag.startswith(DEEPSEEK_TAG):  # a Go template's tag runs on into the first call's own markers
             tag = DEEPSEEK_TAG
         self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
-        self.closing = _DEEPSEEK_END if tag == DEEPSEEK_TAG else _closing(self.tag)
+        self.closing = {DEEPSEEK_TAG: _DEEPSEEK_END, LFM2_TAG: _LFM2_END}.get(tag) or _closing(self.tag)
         self._state = _State.TEXT
         self._at_start = True  # nothing but whitespace since the start or the last call
         self._held = ""
@@ -214,7 +226,7 @@ class ToolCallParser:
             found += [_MISTRAL_ARGS, _MISTRAL_ID]
         elif self.tag == DEEPSEEK_TAG:
             found += [_DEEPSEEK_CALL, _DEEPSEEK_CALL_END, _DEEPSEEK_SEP]
-        elif self.closing:
+        elif self.tag == DEFAULT_TAG:
             found += _GLM_TAGS
         return list(dict.fromkeys(m for m in found if m))
 
@@ -296,8 +308,8 @@ class ToolCallParser:
             return self._closed_call(buf, out, calls)
         if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
             body = buf.lstrip()
-            if self._opening and self.tag == DEEPSEEK_TAG:  # DeepSeek's calls, each in its own markers
-                self._form = "deepseek"
+            if self._opening and self.tag in (DEEPSEEK_TAG, LFM2_TAG):  # held whole up to the closing tag
+                self._form = "deepseek" if self.tag == DEEPSEEK_TAG else "pythonic"
                 return self._closed_call(buf, out, calls)
             if self._opening and body and body[0] == "<":  # after the tag: perhaps <function=... (XML)
                 if body.startswith(_XML_FUNCTION):
@@ -356,6 +368,8 @@ class ToolCallParser:
         text if it names no tool."""
         if self._form == "deepseek":
             return self._deepseek_block(buf, out, calls)
+        if self._form == "pythonic":
+            return self._pythonic_block(buf, out, calls)
         xml = self._form == "xml"
         if not xml and not self._may_name(buf):  # the name went on into no tool's: the tag was text
             self._form = "json"
@@ -426,6 +440,27 @@ class ToolCallParser:
         for call in found:
             self._made(call, calls, "")
         return buf[end + len(_DEEPSEEK_END):]
+
+    def _pythonic_block(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
+        """`buf`: LFM2's calls after the tag, held until the closing tag: Python-style calls (or JSON ones); calls if
+        every one is a call of a declared tool, else the block is text."""
+        end = buf.find(self.closing)
+        if end < 0:
+            self._held = buf
+            return ""
+        block = buf[:end].strip()
+        try:
+            value = json.loads(block)
+            items = value if isinstance(value, list) else [value]
+        except ValueError:
+            items = [{"name": name, "arguments": args} for name, args in pythonic_calls(block) or ()]
+        found = [self._call_of(item) for item in items]
+        if not found or any(call is None for call in found):
+            self._form = "json"
+            return self._not_a_call(buf, out, end + len(self.closing))
+        for call in found:
+            self._made(call, calls, "")  # type: ignore[arg-type]  # none is None
+        return buf[end + len(self.closing):]
 
     def _deepseek_calls(self, block: str, closed: bool = True) -> list[ToolCall]:
         """Each `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>` (DeepSeek V3.1 and later) or
@@ -530,6 +565,60 @@ class ToolCallParser:
         if not isinstance(name, str) or name not in self.names or not isinstance(args, dict):
             return None
         return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
+
+
+def pythonic_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
+    """Python-style calls (LFM2's `[get_weather(city='Paris', days=2), now()]`, or one call without the list) as
+    (name, arguments); None if the text is anything else. Read with Python's parser, never run: only keyword
+    arguments of literal values (strings, numbers, lists, dicts, and true/false/null as JSON writes them)."""
+    if len(text) > _PYTHONIC_LIMIT:
+        return None
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    items = node.elts if isinstance(node, ast.List) else [node]
+    found = []
+    for item in items:
+        if not isinstance(item, ast.Call) or item.args or not isinstance(item.func, (ast.Name, ast.Attribute)):
+            return None
+        try:
+            args = {kw.arg: _literal(kw.value) for kw in item.keywords if kw.arg is not None}
+        except (ValueError, RecursionError):
+            return None
+        if len(args) != len(item.keywords):  # **kwargs
+            return None
+        found.append((ast.unparse(item.func), args))
+    return found or None
+
+
+_PYTHONIC_LIMIT = 1 << 18
+_JSON_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+
+
+def _literal(node: ast.expr) -> Any:
+    """A literal's value as JSON has it; ValueError for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool, type(None))):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _literal(node.operand)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        out = {}
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is None:
+                raise ValueError("** in a dict")
+            name = _literal(key)
+            if not isinstance(name, str):
+                raise ValueError("a key that is not a string")
+            out[name] = _literal(value)
+        return out
+    raise ValueError("not a literal")
 
 
 def _parameter_types(function: Mapping[str, Any]) -> dict[str, str]:

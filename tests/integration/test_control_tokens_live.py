@@ -139,3 +139,17 @@ def test_deepseeks_calls_in_control_tokens(live_server, tmp_path) -> None:
         assert calls_of(message) == [("get_weather", {"city": "Paris", "days": 2})]
     finally:
         live_server.unload("scripted-deepseek")
+
+
+def test_lfm2s_python_style_calls(live_server, tmp_path) -> None:
+    """LFM2.5's own template (llama.cpp's copy): `<|tool_call_start|>[NAME(key=value)]<|tool_call_end|>`."""
+    template = (llama_cpp_templates_dir() / "LFM2.5-8B-A1B.jinja").read_text()
+    script = ["<|tool_call_start|>", "[get_weather(city='Paris', days=2)]", "<|tool_call_end|>"]
+    model = write_scripted_gguf(tmp_path / "lfm2.gguf", script, chat_template=template,
+                                control=("<|tool_call_start|>", "<|tool_call_end|>"))
+    create_from_file(live_server.url, "scripted-lfm2", model)
+    try:
+        message = chat(live_server.url, "scripted-lfm2", think=False)
+        assert (message["content"], calls_of(message)) == ("", [("get_weather", {"city": "Paris", "days": 2})])
+    finally:
+        live_server.unload("scripted-lfm2")

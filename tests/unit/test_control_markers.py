@@ -24,8 +24,8 @@ def test_a_tool_parser_names_its_tag_and_the_markers_of_the_forms_it_reads() -> 
     assert ToolCallParser(WEATHER, "[TOOL_CALLS] [").markers[:2] == ["[TOOL_CALLS] [", "[TOOL_CALLS]"]
     assert ToolCallParser(WEATHER, "<tool_call>").markers == [
         "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]
-    assert ToolCallParser(WEATHER, "<|python_tag|>").markers == ["<|python_tag|>", "<|/python_tag|>"] + \
-        ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]
+    assert ToolCallParser(WEATHER, "<|python_tag|>").markers == ["<|python_tag|>", "<|/python_tag|>"]
+    assert ToolCallParser(WEATHER, "<|tool_call_start|>").markers == ["<|tool_call_start|>", "<|tool_call_end|>"]
     assert ToolCallParser(WEATHER, "{").markers == []  # bare JSON: nothing to print
 
 

@@ -1,0 +1,93 @@
+"""LFM2's tool calls, written as Python: `<|tool_call_start|>[get_weather(city='Paris'), now()]<|tool_call_end|>`
+(Ollama's lfm2 parser), read with Python's parser and never run; and the tags of the other GGUF chat templates that
+write JSON calls in tags of their own (Granite 3's `<|tool_call|>`, Nemotron Nano 2's `<TOOLCALL>`, Apriel's
+`<tool_calls>`). Before, all of these came back as text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ollama_py.template.tool_calls import LFM2_TAG, ToolCallParser, gguf_tool_tag, pythonic_calls
+from tests.helpers.paths import llama_cpp_templates_dir
+from tests.helpers.tool_calls import parse_streamed
+
+END = "<|tool_call_end|>"
+TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+         for name in ("get_weather", "now", "search")]
+TWO = f"{LFM2_TAG}[get_weather(city='Paris', days=2, metric=true, note=None), now()]{END}"
+
+
+def run(text: str, cuts: list[int] | None = None, tag: str = LFM2_TAG) -> tuple[str, list[Any]]:
+    return parse_streamed(TOOLS, tag, text, cuts or ())
+
+
+def calls_of(calls: list[Any]) -> list[tuple[int, str, Any]]:
+    return [(c["function"]["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls]
+
+
+@pytest.mark.parametrize(("text", "content", "calls"), [
+    ("Checking. " + TWO, "Checking. ", [(0, "get_weather", {"city": "Paris", "days": 2, "metric": True,
+                                                            "note": None}), (1, "now", {})]),
+    (f'{LFM2_TAG}search(query="a \\"b\\"", filters={{"lang": "en", "n": [1, -2.5]}}, k=(1, 2)){END} Done.', "Done.",
+     [(0, "search", {"query": 'a "b"', "filters": {"lang": "en", "n": [1, -2.5]}, "k": [1, 2]})]),
+    # JSON in the same tags (a system prompt may ask for it)
+    (f'{LFM2_TAG}[{{"name": "now", "arguments": {{}}}}]{END}', "", [(0, "now", {})]),
+])
+def test_calls_are_read(text: str, content: str, calls: list[Any]) -> None:
+    got_content, got = run(text)
+    assert (got_content, calls_of(got)) == (content, calls)
+
+
+@pytest.mark.parametrize("text", [
+    f"{LFM2_TAG}[delete_all()]{END}",  # not a declared tool
+    f"{LFM2_TAG}[get_weather('Paris')]{END}",  # a positional argument has no name
+    f"{LFM2_TAG}[get_weather(city=__import__('os').system('id'))]{END}",  # not a literal: never run
+    f"{LFM2_TAG}[get_weather(**{{'city': 'Paris'}})]{END}",
+    f"{LFM2_TAG}[get_weather(city={{1, 2}})]{END}",  # a set: no JSON value
+    f"{LFM2_TAG}[get_weather(city='Par",  # cut short
+])
+def test_what_is_no_call_is_text(text: str) -> None:
+    assert run(text) == (text, [])
+
+
+def test_pythonic_reads_nothing_else() -> None:
+    assert pythonic_calls("print('x'); now()") is None
+    assert pythonic_calls("[now(), 1]") is None
+    assert pythonic_calls("(" * 100_000) is None  # too deep for the parser: no call, no crash
+    assert pythonic_calls("now()" + " " * (1 << 18)) is None  # past the size read
+    assert pythonic_calls("tools.now(a=b'x')") is None
+    assert pythonic_calls("tools.now(a=1e3)") == [("tools.now", {"a": 1000.0})]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=120), max_size=10))
+def test_any_split_gives_the_same_calls(cuts: list[int]) -> None:
+    assert calls_of(run("Hi " + TWO, cuts)[1]) == calls_of(run("Hi " + TWO)[1])
+
+
+@pytest.mark.parametrize(("template", "tag"), [
+    ("LFM2.5-8B-A1B.jinja", LFM2_TAG),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "<|tool_call|>"),
+    ("NVIDIA-Nemotron-Nano-v2.jinja", "<TOOLCALL>"),
+    ("Apriel-1.6-15b-Thinker-fixed.jinja", "<tool_calls>"),
+    ("unsloth-Apriel-1.5.jinja", "<tool_calls>"),
+    ("Qwen-Qwen3-0.6B.jinja", "<tool_call>"),
+    ("ibm-granite-granite-4.0.jinja", "<tool_call>"),
+])
+def test_the_tag_of_a_gguf_template(template: str, tag: str) -> None:
+    assert gguf_tool_tag((llama_cpp_templates_dir() / template).read_text()) == tag
+
+
+@pytest.mark.parametrize(("tag", "text"), [
+    ("<|tool_call|>", '<|tool_call|>[{"name": "now", "arguments": {}}]'),
+    ("<TOOLCALL>", '<TOOLCALL>[{"name": "now", "arguments": {}}]</TOOLCALL>'),
+    ("<tool_calls>", '<tool_calls>[{"name": "now", "arguments": {}}]</tool_calls>'),
+])
+def test_json_calls_in_those_tags(tag: str, text: str) -> None:
+    content, calls = run(text, tag=tag)
+    assert (content, calls_of(calls)) == ("", [(0, "now", {})])
+    assert tag in ToolCallParser(TOOLS, tag).markers
