@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -87,7 +87,8 @@ class LlamaClient:
     async def _raise_for(self, resp: aiohttp.ClientResponse) -> None:
         raise error_from(resp.status, await resp.text())
 
-    def stream(self, path: str, body: dict[str, Any], tap: sse.Tap | None = None) -> AsyncIterator[dict[str, Any]]:
+    def stream(self, path: str, body: dict[str, Any],
+               tap: sse.Tap | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """POST body with stream=true and yield each SSE `data:` event as a dict, up to the one with stop."""
         return sse.stream_events(self._host, self._port, path, body,
                                  read_timeout=self.read_timeout, streams=self._streams, tap=tap,

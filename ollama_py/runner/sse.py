@@ -15,7 +15,7 @@ import functools
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, TypeVar
 
 from ollama_py import bigjson, fastjson
@@ -386,7 +386,7 @@ class Spare:
 async def stream_events(host: str, port: int, path: str, body: dict[str, Any], *,
                         read_timeout: float | None = None, streams: set[SSEStream] | None = None,
                         tap: Tap | None = None, headers: dict[str, str] | None = None,
-                        spare: Spare | None = None) -> AsyncIterator[dict[str, Any]]:
+                        spare: Spare | None = None) -> AsyncGenerator[dict[str, Any], None]:
     """POST `body` and yield each `data:` event as a dict, up to the last. The hot path: one generator frame
     between the socket and the consumer. `streams` holds the stream while it is open (to fail it from outside).
     With `spare`, the request goes on its connection when it has a fresh one (sent again on a new connection if

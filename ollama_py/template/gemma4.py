@@ -87,6 +87,11 @@ class Gemma4Parser:
     def markers(self) -> list[str]:
         return list(MARKERS)
 
+    def answer_prefix(self, raw: str) -> str | None:
+        """What of `raw` (the answer as the runner wrote it) comes before the content: up to the channel's close."""
+        at = raw.find(CHANNEL_CLOSE)
+        return None if at < 0 else raw[:at + len(CHANNEL_CLOSE)]
+
     def add(self, text: str) -> tuple[str, str, list[ToolCall]]:
         self._buf += text
         return self._run(done=False)

@@ -139,6 +139,12 @@ class HarmonyParser:
         """The format's markers, control tokens that llama-server prints only when the request names them."""
         return list(PRESERVED_TOKENS)
 
+    def answer_prefix(self, raw: str) -> str | None:
+        """What to continue the prompt with so that the answer is the final message: `raw` (the answer as the
+        runner wrote it) up to the end of its analysis, then the final channel's header (as Ollama continues it)."""
+        at = raw.find(END)
+        return None if at < 0 else raw[:at + len(END)] + START + "assistant" + CHANNEL + "final" + MESSAGE
+
     def add(self, text: str) -> tuple[str, str, list[ToolCall]]:
         self._buf += text
         thinking: list[str] = []

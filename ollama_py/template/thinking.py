@@ -85,6 +85,12 @@ class ThinkingParser:
         out of its text unless the request names them (`preserved_tokens`)."""
         return [self.opening, self.closing]
 
+    def answer_prefix(self, raw: str) -> str | None:
+        """What of `raw` (the answer as the runner wrote it) comes before the content: up to the closing tag; None
+        if it has not closed."""
+        at = raw.find(self.closing)
+        return None if at < 0 else raw[:at + len(self.closing)]
+
     def add(self, text: str) -> tuple[str, str]:
         thinking, content = [], []
         buf = self._held + text

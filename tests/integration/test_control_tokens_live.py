@@ -6,6 +6,8 @@ tokens, so the answer a user gets is all there is to check."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import requests
 
@@ -153,3 +155,22 @@ def test_lfm2s_python_style_calls(live_server, tmp_path) -> None:
         assert (message["content"], calls_of(message)) == ("", [("get_weather", {"city": "Paris", "days": 2})])
     finally:
         live_server.unload("scripted-lfm2")
+
+
+def test_a_format_lets_a_thinking_model_think_first(live_server, tmp_path) -> None:
+    """Structured output of a thinking model on the real runner: its thoughts unconstrained, then its answer under
+    the schema's grammar (before, the grammar held from the first token and forbade `<think>`)."""
+    script = ["<think>", "The tower is in Paris.", "</think>", '{"city": "Paris"}']
+    model = write_scripted_gguf(tmp_path / "thinker.gguf", script, chat_template=GLM_TEMPLATE,
+                                control=("<think>", "</think>"))
+    create_from_file(live_server.url, "scripted-thinker", model)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    try:
+        r = requests.post(f"{live_server.url}/api/chat", timeout=120, json={
+            "model": "scripted-thinker", "messages": ASK, "format": schema, "stream": False,
+            "options": {"temperature": 0}})
+        message = r.json()["message"]
+        assert message.get("thinking") == "The tower is in Paris."
+        assert json.loads(message["content"]) == {"city": "Paris"}
+    finally:
+        live_server.unload("scripted-thinker")
