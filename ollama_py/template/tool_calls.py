@@ -25,9 +25,10 @@ only while the text after the tag is (so far) a declared tool's name.
 
 Or DeepSeek's (V3.1 and later, R1 and its distills; Ollama's deepseek3 parser): `<｜tool▁calls▁begin｜>`, then each
 call in `<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>` as `NAME<｜tool▁sep｜>{...}` or `function<｜tool▁sep｜>NAME` with
-its JSON in a fence, then `<｜tool▁calls▁end｜>`. Or LFM2's (Ollama's lfm2 parser): Python-style calls between
-`<|tool_call_start|>` and `<|tool_call_end|>`, `[NAME(key=value, ...), ...]`, read with Python's parser and never
-run (keyword arguments of literal values only). Both are held whole up to their closing tag: calls if every call in
+its JSON in a fence, then `<｜tool▁calls▁end｜>`. Or LFM2's and OLMo 3's (Ollama's lfm2 and olmo3 parsers):
+Python-style calls between `<|tool_call_start|>` and `<|tool_call_end|>` (`[NAME(key=value, ...), ...]`) or
+`<function_calls>` and `</function_calls>` (one a line), read with Python's parser and never run (keyword
+arguments of literal values only). Both are held whole up to their closing tag: calls if every call in
 them reads as one of a declared tool, else text.
 """
 
@@ -49,7 +50,8 @@ from ollama_py.template.prompt import render_prompt
 DEFAULT_TAG = "<tool_call>"
 MISTRAL_TAG = "[TOOL_CALLS]"
 LFM2_TAG = "<|tool_call_start|>"  # LFM2: Python-style calls, `[NAME(key=value, ...), ...]`
-_LFM2_END = "<|tool_call_end|>"
+OLMO_TAG = "<function_calls>"  # OLMo 3: Python-style calls, one a line
+_PYTHONIC_ENDS = {LFM2_TAG: "<|tool_call_end|>", OLMO_TAG: "</function_calls>"}
 DEEPSEEK_TAG = "<｜tool▁calls▁begin｜>"
 _DEEPSEEK_END = "<｜tool▁calls▁end｜>"
 _DEEPSEEK_CALL, _DEEPSEEK_CALL_END, _DEEPSEEK_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -111,14 +113,14 @@ def _infer_tool_tag(template: str | None) -> str:
 def gguf_tool_tag(chat_template: str | None) -> str:
     """The tag for a model whose GGUF chat template renders its prompts (Jinja, not rendered here to find it): the
     first of the known tags the template writes (Mistral's, DeepSeek's, LFM2's, Granite 3's `<|tool_call|>`,
-    Nemotron Nano 2's `<TOOLCALL>`, Apriel's `<tool_calls>`), else DEFAULT_TAG."""
+    Nemotron Nano 2's `<TOOLCALL>`, Apriel's `<tool_calls>`, OLMo 3's `<function_calls>`), else DEFAULT_TAG."""
     for tag in _GGUF_TAGS:
         if chat_template and tag in chat_template:
             return tag
     return DEFAULT_TAG
 
 
-_GGUF_TAGS = (MISTRAL_TAG, DEEPSEEK_TAG, LFM2_TAG, "<|tool_call|>", "<TOOLCALL>", "<tool_calls>")
+_GGUF_TAGS = (MISTRAL_TAG, DEEPSEEK_TAG, LFM2_TAG, OLMO_TAG, "<|tool_call|>", "<TOOLCALL>", "<tool_calls>")
 _TAGS: Memo[str | None, str] = Memo(_infer_tool_tag, 64)  # infer_tool_tag's answers by template
 
 
@@ -203,7 +205,7 @@ class ToolCallParser:
         if tag.startswith(DEEPSEEK_TAG):  # a Go template's tag runs on into the first call's own markers
             tag = DEEPSEEK_TAG
         self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
-        self.closing = {DEEPSEEK_TAG: _DEEPSEEK_END, LFM2_TAG: _LFM2_END}.get(tag) or _closing(self.tag)
+        self.closing = {DEEPSEEK_TAG: _DEEPSEEK_END, **_PYTHONIC_ENDS}.get(tag) or _closing(self.tag)
         self._state = _State.TEXT
         self._at_start = True  # nothing but whitespace since the start or the last call
         self._held = ""
@@ -308,7 +310,7 @@ class ToolCallParser:
             return self._closed_call(buf, out, calls)
         if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
             body = buf.lstrip()
-            if self._opening and self.tag in (DEEPSEEK_TAG, LFM2_TAG):  # held whole up to the closing tag
+            if self._opening and (self.tag == DEEPSEEK_TAG or self.tag in _PYTHONIC_ENDS):  # held to the closing tag
                 self._form = "deepseek" if self.tag == DEEPSEEK_TAG else "pythonic"
                 return self._closed_call(buf, out, calls)
             if self._opening and body and body[0] == "<":  # after the tag: perhaps <function=... (XML)
@@ -568,16 +570,25 @@ class ToolCallParser:
 
 
 def pythonic_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
-    """Python-style calls (LFM2's `[get_weather(city='Paris', days=2), now()]`, or one call without the list) as
-    (name, arguments); None if the text is anything else. Read with Python's parser, never run: only keyword
-    arguments of literal values (strings, numbers, lists, dicts, and true/false/null as JSON writes them)."""
+    """Python-style calls (LFM2's `[get_weather(city='Paris', days=2), now()]`, one call without the list, or OLMo
+    3's calls one a line) as (name, arguments); None if the text is anything else. Read with Python's parser,
+    never run: only keyword arguments of literal values (strings, numbers, lists, dicts, and true/false/null as
+    JSON writes them)."""
     if len(text) > _PYTHONIC_LIMIT:
         return None
     try:
         node = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        items = node.elts if isinstance(node, ast.List) else [node]
+    except SyntaxError:  # calls one a line
+        try:
+            lines = ast.parse(text.strip(), mode="exec").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        if not all(isinstance(line, ast.Expr) for line in lines):
+            return None
+        items = [line.value for line in lines if isinstance(line, ast.Expr)]
+    except (ValueError, RecursionError, MemoryError):
         return None
-    items = node.elts if isinstance(node, ast.List) else [node]
     found = []
     for item in items:
         if not isinstance(item, ast.Call) or item.args or not isinstance(item.func, (ast.Name, ast.Attribute)):

@@ -91,3 +91,16 @@ def test_json_calls_in_those_tags(tag: str, text: str) -> None:
     content, calls = run(text, tag=tag)
     assert (content, calls_of(calls)) == ("", [(0, "now", {})])
     assert tag in ToolCallParser(TOOLS, tag).markers
+
+
+def test_olmo_3_writes_its_calls_one_a_line() -> None:
+    """OLMo 3 (Ollama's olmo3 parser): `<function_calls>NAME(key=value)\\nNAME2()</function_calls>`."""
+    text = 'Let me check.<function_calls>get_weather(city="San Francisco")\nnow()</function_calls>'
+    content, calls = run(text, tag="<function_calls>")
+    assert (content, calls_of(calls)) == ("Let me check.", [(0, "get_weather", {"city": "San Francisco"}),
+                                                            (1, "now", {})])
+    # statements that are not calls are no calls
+    bad = "<function_calls>x = 1\nnow()</function_calls>"
+    assert run(bad, tag="<function_calls>") == (bad, [])
+    assert ToolCallParser(TOOLS, "<function_calls>").markers == ["<function_calls>", "</function_calls>"]
+    assert gguf_tool_tag("{{ '<function_calls>' + calls + '</function_calls>' }}") == "<function_calls>"
