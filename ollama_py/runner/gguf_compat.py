@@ -29,6 +29,8 @@ with Ollama (OLLAMA_MODELS=~/.ollama/models) holds such files, so:
     llama/compat translates them at load time (_TRANSLATIONS: the architecture's name and its keys' prefix; for
     gpt-oss also gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN, three tensor names); the
     same copy as above, with the same lifetime;
+  - Ollama's Gemma 4 (the same architecture name, its tokenizer named `llama` where it is Gemma 4's BPE, its
+    encoders inside, a MoE's per-expert scale under another name): read from such a copy too (_GEMMA4);
   - what needs tensors renamed or reshaped otherwise (another architecture of Ollama's own name) is not done: `note`
     says why, and the runner's load error carries it (the load is still tried: a newer llama.cpp
     may read the file), so a user reads "this GGUF is in Ollama's own layout" instead of only "unknown model
@@ -42,6 +44,7 @@ import errno
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +59,7 @@ _OWN_ARCHITECTURES = {
 }
 # Tensors of a vision or audio encoder and its projector: llama.cpp keeps them in a separate --mmproj file, and its
 # text loader fails on a file that holds more tensors than it creates.
-_ENCODER_PREFIXES = ("v.", "mm.", "a.")
+_ENCODER_PREFIXES = ("v.", "mm.", "a.", "model.vision_tower.")
 
 _EOT_ID = 128009  # <|eot_id|> in Llama 3's vocabulary
 _END_OF_TEXT_ID = 128001
@@ -77,6 +80,10 @@ def ollama_layout(info: GGUFInfo | None) -> Layout:
         return Layout()
     arch = info.architecture
     own = _OWN_ARCHITECTURES.get(arch)
+    if _translation(arch, info.kv.get("tokenizer.ggml.model"), (t[0] for t in info.tensor_table)) is _GEMMA4:
+        return Layout(note=_note("Gemma 4 with its tokenizer named 'llama' (SentencePiece, which splits its "
+                                 "control tokens) or its encoders inside; it was read from a translated copy"),
+                      text_only=True)
     if arch in _TRANSLATIONS:  # renamed in the copy, as Ollama's llama/compat renames it when it loads
         return Layout(note=_note(f"architecture '{arch}', which llama.cpp reads as '{own}' once translated; it was "
                                  "read from a translated copy"), text_only=True)
@@ -238,6 +245,7 @@ class Translation:
     parts: tuple[tuple[str, str], ...] = ()  # a tensor name's dot-separated part, renamed
     weight_suffix: tuple[str, ...] = ()  # tensors whose name ends in this part, without llama.cpp's `.weight`
     feed_forward_of: tuple[str, str] = ("", "")  # (key, tensor): the key from the tensor's second dimension
+    suffixes: tuple[tuple[str, str], ...] = ()  # a tensor name's ending, renamed
 
 
 _S, _U32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.UINT32
@@ -253,11 +261,30 @@ _TRANSLATIONS = {
     # OLMo 3: llama.cpp's olmo2 loader reads its tensors and its sliding-window RoPE; only the name differs
     "olmo3": Translation("olmo2"),
 }
+# Gemma 4 as Ollama publishes it (the same architecture name): its tokenizer named `llama` (SentencePiece, which
+# would split `<|channel>`, `<|tool_call>`... into pieces) where it is Gemma 4's BPE, its encoders inside (dropped
+# as for any layout), and the MoE's per-expert scale under the router's name where llama.cpp reads the down
+# projection's. Its experts' separate gate and up tensors llama.cpp reads as they are.
+_GEMMA4 = Translation("gemma4", keys=(("tokenizer.ggml.model", "gemma4", _S),),
+                      suffixes=(("ffn_gate_inp.per_expert_scale", "ffn_down_exps.scale"),))
+
+
+def _translation(arch: str, tokenizer: object, tensors: Iterable[str]) -> Translation | None:
+    """The translation a file of this architecture, tokenizer and tensors needs, None if none."""
+    if arch in _TRANSLATIONS:
+        return _TRANSLATIONS[arch]
+    if arch == "gemma4" and (tokenizer == "llama" or any(
+            name.startswith(_ENCODER_PREFIXES) or name.endswith(".per_expert_scale") for name in tensors)):
+        return _GEMMA4
+    return None
 
 
 def _tensor_name(name: str, translation: Translation | None) -> str:
     if translation is None:
         return name
+    for old, new in translation.suffixes:
+        if name.endswith("." + old):
+            name = name[:-len(old)] + new
     parts = [dict(translation.parts).get(part, part) for part in name.split(".")]
     if parts[-1] in translation.weight_suffix:
         parts.append("weight")
@@ -286,7 +313,8 @@ def write_text_only(src: Path, dst: Path) -> None:
     os.close(handle)
     writer_path = Path(name)
     arch = str(reader.fields["general.architecture"].contents())
-    translation = _TRANSLATIONS.get(arch)
+    tokenizer = reader.fields["tokenizer.ggml.model"].contents() if "tokenizer.ggml.model" in reader.fields else None
+    translation = _translation(arch, tokenizer, (t.name for t in reader.tensors))
     writer = gguf.GGUFWriter(str(writer_path), translation.arch if translation is not None else arch)
     try:
         keys = {key: (value, kind) for key, value, kind in translation.keys} if translation is not None else {}

@@ -610,3 +610,68 @@ def write_scripted_gguf(path: Path, script: list[str], *, control: tuple[str, ..
                "blk.0.ffn_up.weight": zero((n_ff, n_embd), np.float32),
                "blk.0.ffn_down.weight": zero((n_embd, n_ff), np.float32)}
     return _finish(writer, tensors, path)
+
+
+def write_tiny_gemma4(path: Path, *, ollama_layout: bool = False, expert_scale: bool = False, seed: int = 0) -> Path:
+    """A two-block dense Gemma 4 (one sliding-window block, one global; F32 random weights) with a byte-level
+    vocabulary under Gemma 4's BPE tokenizer, as llama.cpp's converter lays it out; or, with `ollama_layout`, as
+    Ollama publishes Gemma 4: its tokenizer named `llama` and a vision encoder's tensors inside. `expert_scale` adds
+    a MoE per-expert scale under the name each layout gives it (for the copy's names only: llama.cpp's dense loader
+    would refuse the extra tensor)."""
+    n_embd, heads, kv_heads, head_dim, n_ff = 64, 4, 2, 16, 128
+    tokens = [*_byte_tokens(), "ab", "<bos>", "<eos>", "<|channel>", "<channel|>"]
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "gemma4")
+    writer.add_type("model")
+    writer.add_name("tiny-gemma4")
+    writer.add_file_type(0)
+    writer.add_context_length(512)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_uint32("gemma4.attention.key_length_swa", head_dim)
+    writer.add_uint32("gemma4.attention.value_length_swa", head_dim)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(1000000.0)
+    writer.add_float32("gemma4.rope.freq_base_swa", 10000.0)
+    writer.add_sliding_window(64)
+    writer.add_array("gemma4.attention.sliding_window_pattern", [True, False])
+    writer.add_uint32("gemma4.embedding_length_per_layer_input", 0)
+    writer.add_float32("gemma4.final_logit_softcapping", 30.0)
+    writer.add_tokenizer_model("llama" if ollama_layout else "gemma4")
+    writer.add_tokenizer_pre("gemma4")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(257)
+    writer.add_eos_token_id(258)
+    writer.add_add_bos_token(True)
+    tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
+               "rope_freqs.weight": ones(head_dim // 2)}
+    for i in range(2):
+        b = f"blk.{i}."
+        tensors |= {
+            b + "attn_norm.weight": ones(n_embd), b + "attn_q.weight": w(heads * head_dim, n_embd),
+            b + "attn_k.weight": w(kv_heads * head_dim, n_embd), b + "attn_v.weight": w(kv_heads * head_dim, n_embd),
+            b + "attn_output.weight": w(n_embd, heads * head_dim), b + "attn_q_norm.weight": ones(head_dim),
+            b + "attn_k_norm.weight": ones(head_dim), b + "post_attention_norm.weight": ones(n_embd),
+            b + "ffn_norm.weight": ones(n_embd), b + "ffn_gate.weight": w(n_ff, n_embd),
+            b + "ffn_up.weight": w(n_ff, n_embd), b + "ffn_down.weight": w(n_embd, n_ff),
+            b + "post_ffw_norm.weight": ones(n_embd),
+        }
+    if expert_scale:
+        tensors["blk.0.ffn_gate_inp.per_expert_scale" if ollama_layout else "blk.0.ffn_down_exps.scale"] = ones(4)
+    if ollama_layout:  # its vision encoder inside (the copy leaves it out, as for any layout)
+        tensors |= {"v.blk.0.attn_q.weight": w(8, 8), "mm.input_projection.weight": w(4, 8)}
+    return _finish(writer, tensors, path)

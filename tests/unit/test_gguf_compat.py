@@ -283,3 +283,23 @@ def test_an_ollama_architecture_is_read_from_a_copy_translated_as_ollamas_loader
         [(t.name, t.tensor_type, list(t.shape)) for t in llama_cpp.tensors]
     assert all((a.data == b.data).all() for a, b in zip(copy.tensors, llama_cpp.tensors, strict=True))
     assert ollama_layout(read_gguf_info(tmp_path / "copy.gguf")) == Layout()  # nothing more to do to it
+
+
+def test_an_ollama_gemma4_is_read_from_a_copy_with_its_own_tokenizer(tmp_path: Path) -> None:
+    """Gemma 4 as Ollama publishes it: its tokenizer named `llama` (SentencePiece, which splits its control tokens:
+    on the runner it fails or tokenizes as another model), its encoder inside, a MoE's per-expert scale under the
+    router's name. The copy is the file llama.cpp's converter writes of the same weights."""
+    from tests.fakes.gguf_files import write_tiny_gemma4
+
+    published = write_tiny_gemma4(tmp_path / "ollama.gguf", ollama_layout=True, expert_scale=True)
+    layout = ollama_layout(read_gguf_info(published))
+    assert layout.text_only and "Gemma 4 with its tokenizer named 'llama'" in layout.note
+    write_text_only(published, tmp_path / "copy.gguf")
+    copy = gguf.GGUFReader(str(tmp_path / "copy.gguf"))
+    llama_cpp = gguf.GGUFReader(str(write_tiny_gemma4(tmp_path / "llama-cpp.gguf", expert_scale=True)))
+    assert {f.name: f.contents() for f in copy.fields.values() if not f.name.startswith("GGUF.")} == \
+        {f.name: f.contents() for f in llama_cpp.fields.values() if not f.name.startswith("GGUF.")}
+    assert [(t.name, list(t.shape)) for t in copy.tensors] == [(t.name, list(t.shape)) for t in llama_cpp.tensors]
+    assert ollama_layout(read_gguf_info(tmp_path / "copy.gguf")) == Layout()
+    # a Gemma 4 converted by llama.cpp is left as it is
+    assert ollama_layout(read_gguf_info(tmp_path / "llama-cpp.gguf")) == Layout()
