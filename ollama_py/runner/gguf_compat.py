@@ -29,7 +29,8 @@ with Ollama (OLLAMA_MODELS=~/.ollama/models) holds such files, so:
     llama/compat translates them at load time (_TRANSLATIONS: the architecture's name and its keys' prefix; for
     gpt-oss also gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN, three tensor names); the
     same copy as above, with the same lifetime;
-  - Ollama's Gemma 4 (the same architecture name, its tokenizer named `llama` where it is Gemma 4's BPE, its
+  - Ollama's LFM2 (its output norm under another name, no pre-tokenizer, a wrong feed-forward length) and
+    Ollama's Gemma 4 (the same architecture name, its tokenizer named `llama` where it is Gemma 4's BPE, its
     encoders inside, a MoE's per-expert scale under another name): read from such a copy too (_GEMMA4);
   - what needs tensors renamed or reshaped otherwise (another architecture of Ollama's own name) is not done: `note`
     says why, and the runner's load error carries it (the load is still tried: a newer llama.cpp
@@ -80,10 +81,14 @@ def ollama_layout(info: GGUFInfo | None) -> Layout:
         return Layout()
     arch = info.architecture
     own = _OWN_ARCHITECTURES.get(arch)
-    if _translation(arch, info.kv.get("tokenizer.ggml.model"), (t[0] for t in info.tensor_table)) is _GEMMA4:
+    same = _translation(arch, info.kv.get("tokenizer.ggml.model"), (t[0] for t in info.tensor_table))
+    if same is _GEMMA4:
         return Layout(note=_note("Gemma 4 with its tokenizer named 'llama' (SentencePiece, which splits its "
                                  "control tokens) or its encoders inside; it was read from a translated copy"),
                       text_only=True)
+    if same is _LFM2:
+        return Layout(note=_note("LFM2 with its output norm named 'output_norm', where llama.cpp reads "
+                                 "'token_embd_norm'; it was read from a translated copy"), text_only=True)
     if arch in _TRANSLATIONS:  # renamed in the copy, as Ollama's llama/compat renames it when it loads
         return Layout(note=_note(f"architecture '{arch}', which llama.cpp reads as '{own}' once translated; it was "
                                  "read from a translated copy"), text_only=True)
@@ -245,7 +250,8 @@ class Translation:
     parts: tuple[tuple[str, str], ...] = ()  # a tensor name's dot-separated part, renamed
     weight_suffix: tuple[str, ...] = ()  # tensors whose name ends in this part, without llama.cpp's `.weight`
     feed_forward_of: tuple[str, str] = ("", "")  # (key, tensor): the key from the tensor's second dimension
-    suffixes: tuple[tuple[str, str], ...] = ()  # a tensor name's ending, renamed
+    suffixes: tuple[tuple[str, str], ...] = ()  # a tensor name (or its ending after a dot), renamed
+    feed_forward_forced: bool = False  # feed_forward_of's key set whatever the file says (else only where missing)
 
 
 _S, _U32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.UINT32
@@ -269,10 +275,20 @@ _GEMMA4 = Translation("gemma4", keys=(("tokenizer.ggml.model", "gemma4", _S),),
                       suffixes=(("ffn_gate_inp.per_expert_scale", "ffn_down_exps.scale"),))
 
 
+# LFM2 as Ollama publishes it (the same architecture name): the norm before the output under `output_norm`, where
+# llama.cpp reads `token_embd_norm`; no LFM2 pre-tokenizer; a feed-forward length its tensors may not have.
+_LFM2 = Translation("lfm2", keys=(("tokenizer.ggml.pre", "lfm2", _S),),
+                    suffixes=(("output_norm.weight", "token_embd_norm.weight"),),
+                    feed_forward_of=("lfm2.feed_forward_length", "blk.0.ffn_gate.weight"), feed_forward_forced=True)
+
+
 def _translation(arch: str, tokenizer: object, tensors: Iterable[str]) -> Translation | None:
     """The translation a file of this architecture, tokenizer and tensors needs, None if none."""
     if arch in _TRANSLATIONS:
         return _TRANSLATIONS[arch]
+    if arch == "lfm2":
+        names = set(tensors)
+        return _LFM2 if "output_norm.weight" in names and "token_embd_norm.weight" not in names else None
     if arch == "gemma4" and (tokenizer == "llama" or any(
             name.startswith(_ENCODER_PREFIXES) or name.endswith(".per_expert_scale") for name in tensors)):
         return _GEMMA4
@@ -283,7 +299,7 @@ def _tensor_name(name: str, translation: Translation | None) -> str:
     if translation is None:
         return name
     for old, new in translation.suffixes:
-        if name.endswith("." + old):
+        if name == old or name.endswith("." + old):
             name = name[:-len(old)] + new
     parts = [dict(translation.parts).get(part, part) for part in name.split(".")]
     if parts[-1] in translation.weight_suffix:
@@ -318,6 +334,8 @@ def write_text_only(src: Path, dst: Path) -> None:
     writer = gguf.GGUFWriter(str(writer_path), translation.arch if translation is not None else arch)
     try:
         keys = {key: (value, kind) for key, value, kind in translation.keys} if translation is not None else {}
+        if translation is not None and translation.feed_forward_forced:
+            keys |= {key: (value, kind) for key, value, kind in _feed_forward(reader, translation)}
         written = set()
         for field in reader.fields.values():
             if field.name.startswith("GGUF.") or field.name == "general.architecture":
@@ -333,8 +351,8 @@ def write_text_only(src: Path, dst: Path) -> None:
                                  sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
             written.add(name)
         if translation is not None:
-            for key, value, kind in (*((k, v, t) for k, (v, t) in keys.items()), *translation.defaults,
-                                     *_feed_forward(reader, translation)):
+            derived = [] if translation.feed_forward_forced else _feed_forward(reader, translation)
+            for key, value, kind in (*((k, v, t) for k, (v, t) in keys.items()), *translation.defaults, *derived):
                 if key not in written:
                     writer.add_key_value(key, value, kind)
                     written.add(key)

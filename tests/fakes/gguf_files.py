@@ -675,3 +675,55 @@ def write_tiny_gemma4(path: Path, *, ollama_layout: bool = False, expert_scale: 
     if ollama_layout:  # its vision encoder inside (the copy leaves it out, as for any layout)
         tensors |= {"v.blk.0.attn_q.weight": w(8, 8), "mm.input_projection.weight": w(4, 8)}
     return _finish(writer, tensors, path)
+
+
+def write_tiny_lfm2(path: Path, *, ollama_layout: bool = False, seed: int = 0) -> Path:
+    """A two-block LFM2 (a short-convolution block, then an attention block; F32 random weights) with a byte-level
+    vocabulary, as llama.cpp's converter lays it out; or, with `ollama_layout`, as Ollama publishes LFM2: the norm
+    before the output under `output_norm` (llama.cpp reads it as `token_embd_norm`), no LFM2 pre-tokenizer, and a
+    feed-forward length that its tensors do not have."""
+    n_embd, heads, kv_heads, n_ff, l_cache = 64, 4, 2, 128, 3
+    head_dim = n_embd // heads
+    tokens = [*_byte_tokens(), "ab", "<|startoftext|>", "<|im_end|>"]
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "lfm2")
+    writer.add_type("model")
+    writer.add_name("tiny-lfm2")
+    writer.add_file_type(0)
+    writer.add_context_length(512)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(n_ff * 3 if ollama_layout else n_ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv([0, kv_heads])
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(1000000.0)
+    writer.add_uint32("lfm2.shortconv.l_cache", l_cache)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default" if ollama_layout else "lfm2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3, 3])
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(257)
+    writer.add_eos_token_id(258)
+    tensors = {"token_embd.weight": w(len(tokens), n_embd),
+               ("output_norm.weight" if ollama_layout else "token_embd_norm.weight"): ones(n_embd)}
+    for i in range(2):
+        b = f"blk.{i}."
+        tensors |= {b + "attn_norm.weight": ones(n_embd), b + "ffn_norm.weight": ones(n_embd),
+                    b + "ffn_gate.weight": w(n_ff, n_embd), b + "ffn_up.weight": w(n_ff, n_embd),
+                    b + "ffn_down.weight": w(n_embd, n_ff)}
+    tensors |= {"blk.0.shortconv.conv.weight": w(n_embd, l_cache),
+                "blk.0.shortconv.in_proj.weight": w(3 * n_embd, n_embd),
+                "blk.0.shortconv.out_proj.weight": w(n_embd, n_embd),
+                "blk.1.attn_q_norm.weight": ones(head_dim), "blk.1.attn_k_norm.weight": ones(head_dim),
+                "blk.1.attn_q.weight": w(n_embd, n_embd), "blk.1.attn_k.weight": w(kv_heads * head_dim, n_embd),
+                "blk.1.attn_v.weight": w(kv_heads * head_dim, n_embd), "blk.1.attn_output.weight": w(n_embd, n_embd)}
+    return _finish(writer, tensors, path)

@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gemma4, write_tiny_gpt_oss, write_tiny_olmo
+from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gemma4, write_tiny_gpt_oss, write_tiny_lfm2, write_tiny_olmo
 from tests.helpers.paths import required_path
 from tests.helpers.serve import create_from_file
 
@@ -87,12 +87,13 @@ def test_an_architecture_of_ollamas_own_name_fails_with_a_reason_a_user_can_act_
     assert "\n" not in body["error"]
 
 
-@pytest.mark.parametrize("write", [write_tiny_gpt_oss, write_tiny_olmo, write_tiny_gemma4])
+@pytest.mark.parametrize("write", [write_tiny_gpt_oss, write_tiny_olmo, write_tiny_gemma4, write_tiny_lfm2])
 def test_an_ollama_architecture_answers_from_a_translated_copy_as_llama_cpps_file_does(live_server, tmp_path,
                                                                                       write) -> None:
     """Ollama's gpt-oss (architecture `gptoss`, three tensor names and four keys of its own) and OLMo 3 (`olmo3`):
     upstream llama-server refuses them ("unknown model architecture"); Ollama's Gemma 4 names its tokenizer `llama`
-    (the runner then fails to tokenize, or splits its control tokens). Read from the translated copy each answers,
+    (the runner then fails to tokenize, or splits its control tokens), its LFM2 its output norm under another name
+    (the runner: "tensor 'token_embd_norm.weight' not found"). Read from the translated copy each answers,
     token for token, as the same weights laid out by llama.cpp's converter."""
     create_from_file(live_server.url, "oss-llamacpp", write(tmp_path / "llama-cpp.gguf"))
     create_from_file(live_server.url, "oss-ollama", write(tmp_path / "ollama.gguf", ollama_layout=True))

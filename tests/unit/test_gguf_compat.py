@@ -285,21 +285,29 @@ def test_an_ollama_architecture_is_read_from_a_copy_translated_as_ollamas_loader
     assert ollama_layout(read_gguf_info(tmp_path / "copy.gguf")) == Layout()  # nothing more to do to it
 
 
-def test_an_ollama_gemma4_is_read_from_a_copy_with_its_own_tokenizer(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("writer", "said"), [
+    ("write_tiny_gemma4", "Gemma 4 with its tokenizer named 'llama'"),
+    ("write_tiny_lfm2", "LFM2 with its output norm named 'output_norm'")])
+def test_an_ollama_file_of_llama_cpps_architecture_name_is_read_from_a_translated_copy(
+        tmp_path: Path, writer: str, said: str) -> None:
     """Gemma 4 as Ollama publishes it: its tokenizer named `llama` (SentencePiece, which splits its control tokens:
     on the runner it fails or tokenizes as another model), its encoder inside, a MoE's per-expert scale under the
-    router's name. The copy is the file llama.cpp's converter writes of the same weights."""
-    from tests.fakes.gguf_files import write_tiny_gemma4
+    router's name. LFM2: its output norm under llama.cpp's other name (the runner: "tensor 'token_embd_norm.weight'
+    not found"), no pre-tokenizer, a feed-forward length its tensors do not have. The copy is the file llama.cpp's
+    converter writes of the same weights."""
+    import tests.fakes.gguf_files as files
 
-    published = write_tiny_gemma4(tmp_path / "ollama.gguf", ollama_layout=True, expert_scale=True)
+    write = getattr(files, writer)
+    extra = {"expert_scale": True} if writer == "write_tiny_gemma4" else {}
+    published = write(tmp_path / "ollama.gguf", ollama_layout=True, **extra)
     layout = ollama_layout(read_gguf_info(published))
-    assert layout.text_only and "Gemma 4 with its tokenizer named 'llama'" in layout.note
+    assert layout.text_only and said in layout.note
     write_text_only(published, tmp_path / "copy.gguf")
     copy = gguf.GGUFReader(str(tmp_path / "copy.gguf"))
-    llama_cpp = gguf.GGUFReader(str(write_tiny_gemma4(tmp_path / "llama-cpp.gguf", expert_scale=True)))
+    llama_cpp = gguf.GGUFReader(str(write(tmp_path / "llama-cpp.gguf", **extra)))
     assert {f.name: f.contents() for f in copy.fields.values() if not f.name.startswith("GGUF.")} == \
         {f.name: f.contents() for f in llama_cpp.fields.values() if not f.name.startswith("GGUF.")}
     assert [(t.name, list(t.shape)) for t in copy.tensors] == [(t.name, list(t.shape)) for t in llama_cpp.tensors]
     assert ollama_layout(read_gguf_info(tmp_path / "copy.gguf")) == Layout()
-    # a Gemma 4 converted by llama.cpp is left as it is
+    # the same architecture converted by llama.cpp is left as it is
     assert ollama_layout(read_gguf_info(tmp_path / "llama-cpp.gguf")) == Layout()
