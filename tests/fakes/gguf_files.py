@@ -322,24 +322,9 @@ def write_qwen3_reranker_gguf(path: Path, *, seed: int = 0, n_ctx: int = 512, me
     GGUFs are."""
     n_embd, n_ff, heads, kv_heads, head_dim = 64, 128, 4, 2, 16
     tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    rng = np.random.default_rng(seed)
-
-    def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    writer = gguf.GGUFWriter(str(path), "qwen3")
-    writer.add_type("model")
-    writer.add_name("tiny-qwen3-reranker")
-    writer.add_file_type(0)
-    writer.add_context_length(n_ctx)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
+    w = _random(seed)
+    writer = _tiny_writer(path, "qwen3", "tiny-qwen3-reranker", n_embd=n_embd, blocks=1, n_ff=n_ff, heads=heads,
+                          kv_heads=kv_heads, n_ctx=n_ctx)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(1e-6)
@@ -430,6 +415,32 @@ def rewrite_gguf(src: Path, dst: Path, *, drop: tuple[str, ...] = (), rename: di
 
 # -- a gpt-oss the real llama-server loads, in llama.cpp's layout or in Ollama's ---------------------------------
 
+def _tiny_writer(path: Path, arch: str, name: str, *, n_embd: int, blocks: int, n_ff: int, heads: int,
+                 kv_heads: int | list[int], n_ctx: int = 512) -> gguf.GGUFWriter:
+    """A writer for a tiny F32 model of `arch`, its shape's keys written."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_type("model")
+    writer.add_name(name)
+    writer.add_file_type(0)
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(blocks)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    return writer
+
+
+def ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.float32)
+
+
+def _random(seed: int) -> Any:
+    """w(*shape): random F32 weights of that shape (scaled to 0.2), from `seed`."""
+    rng = np.random.default_rng(seed)
+    return lambda *shape: np.asarray(rng.standard_normal(shape) * 0.2, dtype=np.float32)
+
+
 def write_tiny_gpt_oss(path: Path, *, ollama_layout: bool = False, seed: int = 0) -> Path:
     """A two-block gpt-oss (attention sinks, sliding-window attention, 4 experts of which 2 are used, biases
     everywhere) with random F32 weights and a byte-level vocabulary, as llama.cpp's converter lays it out; or, with
@@ -439,22 +450,9 @@ def write_tiny_gpt_oss(path: Path, *, ollama_layout: bool = False, seed: int = 0
     `attn_sinks.weight` and `post_attention_norm`. The same weights either way, so both answer alike."""
     n_embd, heads, kv_heads, head_dim, n_expert, n_ff_exp, n_vocab_extra = 64, 4, 2, 16, 4, 32, 3
     tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|start|>", "<|end|>"][:256 + 1 + n_vocab_extra]
-    rng = np.random.default_rng(seed)
-
-    def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-
-    arch = "gptoss" if ollama_layout else "gpt-oss"
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_type("model")
-    writer.add_name("tiny-gpt-oss")
-    writer.add_file_type(0)
-    writer.add_context_length(512)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(2)
-    writer.add_feed_forward_length(n_ff_exp)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
+    w = _random(seed)
+    writer = _tiny_writer(path, "gptoss" if ollama_layout else "gpt-oss", "tiny-gpt-oss", n_embd=n_embd, blocks=2,
+                          n_ff=n_ff_exp, heads=heads, kv_heads=kv_heads)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
@@ -504,24 +502,9 @@ def write_tiny_olmo(path: Path, *, ollama_layout: bool = False, seed: int = 0) -
     n_embd, heads, kv_heads, n_ff = 64, 4, 2, 128
     head_dim = n_embd // heads
     tokens = [*_byte_tokens(), "ab", "<|endoftext|>"]
-    rng = np.random.default_rng(seed)
-
-    def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    writer = gguf.GGUFWriter(str(path), "olmo3" if ollama_layout else "olmo2")
-    writer.add_type("model")
-    writer.add_name("tiny-olmo")
-    writer.add_file_type(0)
-    writer.add_context_length(512)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(2)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
+    w = _random(seed)
+    writer = _tiny_writer(path, "olmo3" if ollama_layout else "olmo2", "tiny-olmo", n_embd=n_embd, blocks=2, n_ff=n_ff,
+                          heads=heads, kv_heads=kv_heads)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(500000.0)
     writer.add_sliding_window(64)
@@ -568,16 +551,8 @@ def write_scripted_gguf(path: Path, script: list[str], *, control: tuple[str, ..
     tokens = [*_byte_tokens(), "ab", *script, eos]
     first = 257  # the script's first token id
     types = [1] * 257 + [3 if piece in control else 4 for piece in script] + [3]
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_type("model")
-    writer.add_name("scripted")
-    writer.add_file_type(0)
-    writer.add_context_length(n_ctx)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(heads)
+    writer = _tiny_writer(path, "llama", "scripted", n_embd=n_embd, blocks=1, n_ff=n_ff, heads=heads, kv_heads=heads,
+                          n_ctx=n_ctx)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
     writer.add_tokenizer_model("gpt2")
@@ -620,24 +595,9 @@ def write_tiny_gemma4(path: Path, *, ollama_layout: bool = False, expert_scale: 
     would refuse the extra tensor)."""
     n_embd, heads, kv_heads, head_dim, n_ff = 64, 4, 2, 16, 128
     tokens = [*_byte_tokens(), "ab", "<bos>", "<eos>", "<|channel>", "<channel|>"]
-    rng = np.random.default_rng(seed)
-
-    def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    writer = gguf.GGUFWriter(str(path), "gemma4")
-    writer.add_type("model")
-    writer.add_name("tiny-gemma4")
-    writer.add_file_type(0)
-    writer.add_context_length(512)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(2)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
+    w = _random(seed)
+    writer = _tiny_writer(path, "gemma4", "tiny-gemma4", n_embd=n_embd, blocks=2, n_ff=n_ff, heads=heads,
+                          kv_heads=kv_heads)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_uint32("gemma4.attention.key_length_swa", head_dim)
@@ -685,24 +645,9 @@ def write_tiny_lfm2(path: Path, *, ollama_layout: bool = False, seed: int = 0) -
     n_embd, heads, kv_heads, n_ff, l_cache = 64, 4, 2, 128, 3
     head_dim = n_embd // heads
     tokens = [*_byte_tokens(), "ab", "<|startoftext|>", "<|im_end|>"]
-    rng = np.random.default_rng(seed)
-
-    def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    writer = gguf.GGUFWriter(str(path), "lfm2")
-    writer.add_type("model")
-    writer.add_name("tiny-lfm2")
-    writer.add_file_type(0)
-    writer.add_context_length(512)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(2)
-    writer.add_feed_forward_length(n_ff * 3 if ollama_layout else n_ff)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv([0, kv_heads])
+    w = _random(seed)
+    writer = _tiny_writer(path, "lfm2", "tiny-lfm2", n_embd=n_embd, blocks=2, n_ff=n_ff * 3 if ollama_layout else n_ff,
+                          heads=heads, kv_heads=[0, kv_heads])
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(1000000.0)
     writer.add_uint32("lfm2.shortconv.l_cache", l_cache)
