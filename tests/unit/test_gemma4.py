@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from ollama_py.template.gemma4 import MARKERS, Gemma4Parser, arguments_of, gemma4_thinks, is_gemma4
 from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.app import create_tiny_model
-from tests.helpers.paths import llama_cpp_templates_dir
 
 Q = '<|"|>'
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
@@ -88,13 +87,20 @@ def test_arguments_cut_short_are_closed_and_junk_is_none() -> None:
     assert arguments_of("[1, 2]") is None and arguments_of("{a:}") is None and arguments_of("") is None
 
 
+# Gemma 4's template in brief (llama.cpp's copy of the real one is checked in tests/integration/test_template_tags.py):
+# its system turn says <|think|> when told enable_thinking, else the answer's channel is closed empty in the prompt
+TEMPLATE = ("{{ bos_token }}{% if enable_thinking or tools %}<|turn>system\n{% if enable_thinking %}<|think|>\n"
+            "{% endif %}{% for t in tools or [] %}<|tool>{{ t.function.name }}<tool|>{% endfor %}<turn|>\n{% endif %}"
+            "{% for m in messages %}<|turn>{{ m.role }}\n{% for c in m.tool_calls or [] %}<|tool_call>call:"
+            "{{ c.function.name }}{}<tool_call|>{% endfor %}{{ m.content }}<turn|>\n{% endfor %}<|turn>model\n"
+            "{% if not enable_thinking %}<|channel>thought\n<channel|>{% endif %}")
+
+
 def test_which_models_answer_so() -> None:
-    template = (llama_cpp_templates_dir() / "google-gemma-4-31B-it.jinja").read_text()
-    assert is_gemma4(template) and gemma4_thinks(template)
+    assert is_gemma4(TEMPLATE) and gemma4_thinks(TEMPLATE)
     assert is_gemma4(None, "gemma4") and gemma4_thinks(None, "gemma4")
-    assert is_gemma4(None, "gemma4-no-thinking") and not gemma4_thinks(template, "gemma4-no-thinking")
-    gemma3 = (llama_cpp_templates_dir() / "google-gemma-2-2b-it.jinja").read_text()
-    assert not is_gemma4(gemma3) and not is_gemma4(None, "qwen3")
+    assert is_gemma4(None, "gemma4-no-thinking") and not gemma4_thinks(TEMPLATE, "gemma4-no-thinking")
+    assert not is_gemma4("<start_of_turn>{{ m.content }}<end_of_turn>") and not is_gemma4(None, "qwen3")
 
 
 # -- the routes, over the fake runner -------------------------------------------------------------------------
@@ -113,8 +119,7 @@ def gemma4_app(fake_app, tmp_path: Path):
         log = tmp_path / "runner.jsonl"
         settings_, app = fake_app({"FAKE_REPLY": reply, "FAKE_REPLY_SPLIT": SEP,
                                    "FAKE_CONTROL_TOKENS": json.dumps(list(MARKERS)), "FAKE_LOG_FILE": str(log)})
-        template = (llama_cpp_templates_dir() / "google-gemma-4-31B-it.jinja").read_text()
-        create_tiny_model(settings_, write_tiny_gguf(tmp_path / "gemma4.gguf", chat_template=template),
+        create_tiny_model(settings_, write_tiny_gguf(tmp_path / "gemma4.gguf", chat_template=TEMPLATE),
                           name="gemma4:tiny")
         return app, log
     return build

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ollama_py.template.tool_calls import LFM2_TAG, ToolCallParser, gguf_tool_tag, pythonic_calls
-from tests.helpers.paths import llama_cpp_templates_dir
 from tests.helpers.tool_calls import parse_streamed
 
 END = "<|tool_call_end|>"
@@ -67,19 +66,6 @@ def test_pythonic_reads_nothing_else() -> None:
 @given(st.lists(st.integers(min_value=1, max_value=120), max_size=10))
 def test_any_split_gives_the_same_calls(cuts: list[int]) -> None:
     assert calls_of(run("Hi " + TWO, cuts)[1]) == calls_of(run("Hi " + TWO)[1])
-
-
-@pytest.mark.parametrize(("template", "tag"), [
-    ("LFM2.5-8B-A1B.jinja", LFM2_TAG),
-    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "<|tool_call|>"),
-    ("NVIDIA-Nemotron-Nano-v2.jinja", "<TOOLCALL>"),
-    ("Apriel-1.6-15b-Thinker-fixed.jinja", "<tool_calls>"),
-    ("unsloth-Apriel-1.5.jinja", "<tool_calls>"),
-    ("Qwen-Qwen3-0.6B.jinja", "<tool_call>"),
-    ("ibm-granite-granite-4.0.jinja", "<tool_call>"),
-])
-def test_the_tag_of_a_gguf_template(template: str, tag: str) -> None:
-    assert gguf_tool_tag((llama_cpp_templates_dir() / template).read_text()) == tag
 
 
 @pytest.mark.parametrize(("tag", "text"), [
