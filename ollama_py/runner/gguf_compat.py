@@ -25,10 +25,11 @@ with Ollama (OLLAMA_MODELS=~/.ollama/models) holds such files, so:
     without those tensors and with its vocabulary cut to its embeddings (write_text_only, once per model, under
     the data dir; a copy whose model is gone is removed with it, or by the next prune). The images it could see are
     not seen: its encoder is in no projector llama.cpp reads;
-  - Ollama's gpt-oss (architecture `gptoss`) and OLMo 3 (`olmo3`): read from a copy translated as Ollama's
-    llama/compat translates them at load time (_TRANSLATIONS: the architecture's name and its keys' prefix; for
-    gpt-oss also gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN, three tensor names); the
-    same copy as above, with the same lifetime;
+  - Ollama's gpt-oss (architecture `gptoss`), OLMo 3 (`olmo3`) and GLM-4.7-Flash (`glm4moelite`): read from a
+    copy translated as Ollama's llama/compat translates them at load time (_TRANSLATIONS: the architecture's name
+    and its keys' prefix; for gpt-oss also gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN,
+    three tensor names; for GLM-4.7-Flash the latent attention's lengths, one KV head, GLM 4's pre-tokenizer, its
+    end-of-turn tokens); the same copy as above, with the same lifetime;
   - Ollama's LFM2 (its output norm under another name, no pre-tokenizer, a wrong feed-forward length) and
     Ollama's Gemma 4 (the same architecture name, its tokenizer named `llama` where it is Gemma 4's BPE, its
     encoders inside, a MoE's per-expert scale under another name): read from such a copy too (_GEMMA4);
@@ -45,7 +46,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,6 +252,8 @@ class Translation:
     weight_suffix: tuple[str, ...] = ()  # tensors whose name ends in this part, without llama.cpp's `.weight`
     feed_forward_of: tuple[str, str] = ("", "")  # (key, tensor): the key from the tensor's second dimension
     suffixes: tuple[tuple[str, str], ...] = ()  # a tensor name (or its ending after a dot), renamed
+    # keys set from the file's own key/values (by their names in the file), whatever the file says of them
+    derived: Callable[[Mapping[str, object]], list[tuple[str, object, gguf.GGUFValueType]]] | None = None
     feed_forward_forced: bool = False  # feed_forward_of's key set whatever the file says (else only where missing)
 
 
@@ -266,7 +269,34 @@ _TRANSLATIONS = {
         feed_forward_of=("gpt-oss.expert_feed_forward_length", "blk.0.ffn_gate_exps.weight")),
     # OLMo 3: llama.cpp's olmo2 loader reads its tensors and its sliding-window RoPE; only the name differs
     "olmo3": Translation("olmo2"),
+    # GLM-4.7-Flash: DeepSeek V2's latent attention under a name of Ollama's own, with the older convention of
+    # per-head key/value lengths (llama.cpp's deepseek2 wants the absorbed ones, one KV head, and the per-head ones
+    # as the `_mla` lengths), no expert groups, GLM 4's pre-tokenizer, its end-of-turn tokens in eos_token_ids
+    "glm4moelite": Translation(
+        "deepseek2", keys=(("tokenizer.ggml.pre", "glm4", _S),),
+        defaults=(("deepseek2.expert_group_count", 1, _U32), ("deepseek2.expert_group_used_count", 1, _U32)),
+        derived=lambda kv: _latent_attention(kv, "glm4moelite.")),
 }
+
+
+def _latent_attention(kv: Mapping[str, object], prefix: str) -> list[tuple[str, object, gguf.GGUFValueType]]:
+    """deepseek2's latent-attention keys from a file that wrote the per-head ones (Ollama's glm4moelite)."""
+    out: list[tuple[str, object, gguf.GGUFValueType]] = [("deepseek2.attention.head_count_kv", 1, _U32)]
+    kv_lora, rope, head = (kv.get(prefix + k) for k in ("attention.kv_lora_rank", "rope.dimension_count",
+                                                          "attention.key_length"))
+    if isinstance(kv_lora, int) and isinstance(rope, int):
+        out += [("deepseek2.attention.key_length", kv_lora + rope, _U32),
+                ("deepseek2.attention.value_length", kv_lora, _U32)]
+    if isinstance(head, int):
+        out += [("deepseek2.attention.key_length_mla", head, _U32),
+                ("deepseek2.attention.value_length_mla", head, _U32)]
+    ends = kv.get("tokenizer.ggml.eos_token_ids")
+    if isinstance(ends, list):
+        ids = [i for i in ends if isinstance(i, int) and i >= 0]
+        for name, at in (("tokenizer.ggml.eot_token_id", 1), ("tokenizer.ggml.eom_token_id", 2)):
+            if name not in kv and len(ids) > at:
+                out.append((name, ids[at], _U32))
+    return out
 # Gemma 4 as Ollama publishes it (the same architecture name): its tokenizer named `llama` (SentencePiece, which
 # would split `<|channel>`, `<|tool_call>`... into pieces) where it is Gemma 4's BPE, its encoders inside (dropped
 # as for any layout), and the MoE's per-expert scale under the router's name where llama.cpp reads the down
@@ -336,6 +366,9 @@ def write_text_only(src: Path, dst: Path) -> None:
         keys = {key: (value, kind) for key, value, kind in translation.keys} if translation is not None else {}
         if translation is not None and translation.feed_forward_forced:
             keys |= {key: (value, kind) for key, value, kind in _feed_forward(reader, translation)}
+        if translation is not None and translation.derived is not None:
+            values = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}
+            keys |= {key: (value, kind) for key, value, kind in translation.derived(values)}
         written = set()
         for field in reader.fields.values():
             if field.name.startswith("GGUF.") or field.name == "general.architecture":

@@ -672,3 +672,80 @@ def write_tiny_lfm2(path: Path, *, ollama_layout: bool = False, seed: int = 0) -
                 "blk.1.attn_q.weight": w(n_embd, n_embd), "blk.1.attn_k.weight": w(kv_heads * head_dim, n_embd),
                 "blk.1.attn_v.weight": w(kv_heads * head_dim, n_embd), "blk.1.attn_output.weight": w(n_embd, n_embd)}
     return _finish(writer, tensors, path)
+
+
+def write_tiny_glm_flash(path: Path, *, ollama_layout: bool = False, seed: int = 0) -> Path:
+    """A two-block GLM-4.7-Flash shape (DeepSeek V2's multi-head latent attention; a dense block, then a block of 4
+    experts, 2 used, and a shared one; F32 random weights) with a byte-level vocabulary, as llama.cpp's converter
+    lays it out (architecture `deepseek2`, the attention's absorbed dims as its key/value lengths); or, with
+    `ollama_layout`, as Ollama publishes GLM-4.7-Flash: `glm4moelite`, the per-head dims as key/value lengths and
+    the absorbed ones as the `_mla` lengths, every head a KV head, no expert groups, its end-of-turn tokens only in
+    `eos_token_ids`."""
+    n_embd, heads, n_ff, n_ff_exp, n_expert = 64, 4, 128, 32, 4
+    q_lora, kv_lora, rope, nope, v_head = 32, 32, 16, 16, 32
+    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|user|>", "<|observation|>"]
+    eos_ids = [257, 258, 259]
+    w = _random(seed)
+    arch = "glm4moelite" if ollama_layout else "deepseek2"
+    writer = _tiny_writer(path, arch, "tiny-glm-flash", n_embd=n_embd, blocks=2, n_ff=n_ff, heads=heads,
+                          kv_heads=heads if ollama_layout else 1)
+    a = arch + "."
+    if ollama_layout:
+        writer.add_uint32(a + "attention.key_length", nope + rope)
+        writer.add_uint32(a + "attention.value_length", v_head)
+        writer.add_uint32(a + "attention.key_length_mla", kv_lora + rope)
+        writer.add_uint32(a + "attention.value_length_mla", kv_lora)
+    else:
+        writer.add_uint32(a + "attention.key_length", kv_lora + rope)
+        writer.add_uint32(a + "attention.value_length", kv_lora)
+        writer.add_uint32(a + "attention.key_length_mla", nope + rope)
+        writer.add_uint32(a + "attention.value_length_mla", v_head)
+    writer.add_uint32(a + "rope.dimension_count", rope)
+    writer.add_float32(a + "rope.freq_base", 1000000.0)
+    writer.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-5)
+    writer.add_uint32(a + "attention.q_lora_rank", q_lora)
+    writer.add_uint32(a + "attention.kv_lora_rank", kv_lora)
+    writer.add_uint32(a + "leading_dense_block_count", 1)
+    writer.add_uint32(a + "expert_count", n_expert)
+    writer.add_uint32(a + "expert_used_count", 2)
+    writer.add_uint32(a + "expert_shared_count", 1)
+    writer.add_uint32(a + "expert_feed_forward_length", n_ff_exp)
+    writer.add_float32(a + "expert_weights_scale", 1.0)
+    writer.add_bool(a + "expert_weights_norm", True)
+    writer.add_uint32(a + "expert_gating_func", 2)
+    if not ollama_layout:
+        writer.add_uint32(a + "expert_group_count", 1)
+        writer.add_uint32(a + "expert_group_used_count", 1)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default" if ollama_layout else "glm4")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(257)
+    writer.add_eos_token_id(257)
+    writer.add_array("tokenizer.ggml.eos_token_ids", eos_ids)
+    if not ollama_layout:
+        writer.add_uint32("tokenizer.ggml.eot_token_id", eos_ids[1])
+        writer.add_uint32("tokenizer.ggml.eom_token_id", eos_ids[2])
+    writer.add_add_bos_token(False)
+    tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
+               "output.weight": w(len(tokens), n_embd)}
+    for i in range(2):
+        b = f"blk.{i}."
+        tensors |= {
+            b + "attn_norm.weight": ones(n_embd), b + "attn_q_a_norm.weight": ones(q_lora),
+            b + "attn_kv_a_norm.weight": ones(kv_lora), b + "attn_q_a.weight": w(q_lora, n_embd),
+            b + "attn_q_b.weight": w(heads * (nope + rope), q_lora),
+            b + "attn_kv_a_mqa.weight": w(kv_lora + rope, n_embd), b + "attn_k_b.weight": w(heads, kv_lora, nope),
+            b + "attn_v_b.weight": w(heads, v_head, kv_lora), b + "attn_output.weight": w(n_embd, heads * v_head),
+            b + "ffn_norm.weight": ones(n_embd),
+        }
+    tensors |= {"blk.0.ffn_gate.weight": w(n_ff, n_embd), "blk.0.ffn_up.weight": w(n_ff, n_embd),
+                "blk.0.ffn_down.weight": w(n_embd, n_ff),
+                "blk.1.ffn_gate_inp.weight": w(n_expert, n_embd), "blk.1.exp_probs_b.bias": w(n_expert),
+                "blk.1.ffn_gate_exps.weight": w(n_expert, n_ff_exp, n_embd),
+                "blk.1.ffn_up_exps.weight": w(n_expert, n_ff_exp, n_embd),
+                "blk.1.ffn_down_exps.weight": w(n_expert, n_embd, n_ff_exp),
+                "blk.1.ffn_gate_shexp.weight": w(n_ff_exp, n_embd), "blk.1.ffn_up_shexp.weight": w(n_ff_exp, n_embd),
+                "blk.1.ffn_down_shexp.weight": w(n_embd, n_ff_exp)}
+    return _finish(writer, tensors, path)

@@ -12,7 +12,14 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gemma4, write_tiny_gpt_oss, write_tiny_lfm2, write_tiny_olmo
+from tests.fakes.gguf_files import (
+    rewrite_gguf,
+    write_tiny_gemma4,
+    write_tiny_glm_flash,
+    write_tiny_gpt_oss,
+    write_tiny_lfm2,
+    write_tiny_olmo,
+)
 from tests.helpers.paths import required_path
 from tests.helpers.serve import create_from_file
 
@@ -76,24 +83,26 @@ def test_an_ollama_gemma3_with_its_vision_encoder_inside_answers_from_a_text_onl
 
 
 def test_an_architecture_of_ollamas_own_name_fails_with_a_reason_a_user_can_act_on(live_server, tmp_path) -> None:
-    renamed = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "glm4moelite.gguf",
-                           arch="glm4moelite")
+    renamed = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "qwen25vl.gguf",
+                           arch="qwen25vl")
     create_from_file(live_server.url, "glm-ollama", renamed)
     status, body = generate(live_server, "glm-ollama")
     assert status == 500
-    assert "unknown model architecture: 'glm4moelite'" in body["error"]  # llama-server's own words, then why
-    assert "this GGUF is in Ollama's own layout (architecture 'glm4moelite', which llama.cpp reads as " \
-        "'deepseek2' only once translated)" in body["error"]
+    assert "unknown model architecture: 'qwen25vl'" in body["error"]  # llama-server's own words, then why
+    assert "this GGUF is in Ollama's own layout (architecture 'qwen25vl', which llama.cpp reads as " \
+        "'qwen2vl' only once translated)" in body["error"]
     assert "\n" not in body["error"]
 
 
-@pytest.mark.parametrize("write", [write_tiny_gpt_oss, write_tiny_olmo, write_tiny_gemma4, write_tiny_lfm2])
+@pytest.mark.parametrize("write", [write_tiny_gpt_oss, write_tiny_olmo, write_tiny_gemma4, write_tiny_lfm2,
+                                   write_tiny_glm_flash])
 def test_an_ollama_architecture_answers_from_a_translated_copy_as_llama_cpps_file_does(live_server, tmp_path,
                                                                                       write) -> None:
     """Ollama's gpt-oss (architecture `gptoss`, three tensor names and four keys of its own) and OLMo 3 (`olmo3`):
     upstream llama-server refuses them ("unknown model architecture"); Ollama's Gemma 4 names its tokenizer `llama`
     (the runner then fails to tokenize, or splits its control tokens), its LFM2 its output norm under another name
-    (the runner: "tensor 'token_embd_norm.weight' not found"). Read from the translated copy each answers,
+    (the runner: "tensor 'token_embd_norm.weight' not found"); its GLM-4.7-Flash (`glm4moelite`) the per-head
+    attention lengths where llama.cpp's deepseek2 reads the latent ones. Read from the translated copy each answers,
     token for token, as the same weights laid out by llama.cpp's converter."""
     create_from_file(live_server.url, "oss-llamacpp", write(tmp_path / "llama-cpp.gguf"))
     create_from_file(live_server.url, "oss-ollama", write(tmp_path / "ollama.gguf", ollama_layout=True))

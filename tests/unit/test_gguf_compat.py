@@ -19,7 +19,13 @@ from ollama_py.runner.gguf_compat import Layout, ollama_layout, sweep_copies, wr
 from ollama_py.scheduler.factory import plan_load
 from ollama_py.store.gguf_meta import GGUFInfo, read_gguf_info
 from ollama_py.store.models import ModelStore
-from tests.fakes.gguf_files import rewrite_gguf, write_tiny_gguf, write_tiny_gpt_oss, write_tiny_olmo
+from tests.fakes.gguf_files import (
+    rewrite_gguf,
+    write_tiny_gguf,
+    write_tiny_glm_flash,
+    write_tiny_gpt_oss,
+    write_tiny_olmo,
+)
 from tests.helpers.app import create_tiny_model, make_settings
 
 LLAMA3_TEMPLATE = "{{ '<|start_header_id|>' + m.role + '<|end_header_id|>' + m.content + '<|eot_id|>' }}"
@@ -105,7 +111,7 @@ def test_a_vision_encoder_inside_the_model_file_is_named_in_the_note() -> None:
     assert ollama_layout(projector) == Layout()
 
 
-@pytest.mark.parametrize(("arch", "theirs"), [("qwen25vl", "qwen2vl"), ("glm4moelite", "deepseek2")])
+@pytest.mark.parametrize(("arch", "theirs"), [("qwen25vl", "qwen2vl"), ("deepseekocr", "deepseek2-ocr")])
 def test_an_architecture_of_ollamas_own_name_is_named_in_the_note(arch: str, theirs: str) -> None:
     layout = ollama_layout(info(arch))
     assert layout.overrides == () and not layout.text_only
@@ -261,7 +267,8 @@ def test_no_copy_is_started_without_room_for_it(tmp_path: Path, monkeypatch: pyt
 
 
 @pytest.mark.parametrize(("arch", "theirs", "write"), [("gptoss", "gpt-oss", write_tiny_gpt_oss),
-                                                       ("olmo3", "olmo2", write_tiny_olmo)])
+                                                       ("olmo3", "olmo2", write_tiny_olmo),
+                                                       ("glm4moelite", "deepseek2", write_tiny_glm_flash)])
 def test_an_ollama_architecture_is_read_from_a_copy_translated_as_ollamas_loader_translates_it(
         tmp_path: Path, arch: str, theirs: str, write: Any) -> None:
     """gptoss -> gpt-oss: the keys' prefix, gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN,
