@@ -25,7 +25,8 @@ with Ollama (OLLAMA_MODELS=~/.ollama/models) holds such files, so:
     without those tensors and with its vocabulary cut to its embeddings (write_text_only, once per model, under
     the data dir; a copy whose model is gone is removed with it, or by the next prune). The images it could see are
     not seen: its encoder is in no projector llama.cpp reads;
-  - Ollama's gpt-oss (architecture `gptoss`), OLMo 3 (`olmo3`) and GLM-4.7-Flash (`glm4moelite`): read from a
+  - Ollama's gpt-oss (architecture `gptoss`), OLMo 3 (`olmo3`), GLM-4.7-Flash (`glm4moelite`) and Qwen2.5-VL's
+    text model (`qwen25vl`, its M-RoPE sections under another name and one fewer): read from a
     copy translated as Ollama's llama/compat translates them at load time (_TRANSLATIONS: the architecture's name
     and its keys' prefix; for gpt-oss also gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN,
     three tensor names; for GLM-4.7-Flash the latent attention's lengths, one KV head, GLM 4's pre-tokenizer, its
@@ -254,6 +255,7 @@ class Translation:
     suffixes: tuple[tuple[str, str], ...] = ()  # a tensor name (or its ending after a dot), renamed
     # keys set from the file's own key/values (by their names in the file), whatever the file says of them
     derived: Callable[[Mapping[str, object]], list[tuple[str, object, gguf.GGUFValueType]]] | None = None
+    dropped: tuple[str, ...] = ()  # keys (by their names in the file) that `derived` replaces under another name
     feed_forward_forced: bool = False  # feed_forward_of's key set whatever the file says (else only where missing)
 
 
@@ -276,7 +278,18 @@ _TRANSLATIONS = {
         "deepseek2", keys=(("tokenizer.ggml.pre", "glm4", _S),),
         defaults=(("deepseek2.expert_group_count", 1, _U32), ("deepseek2.expert_group_used_count", 1, _U32)),
         derived=lambda kv: _latent_attention(kv, "glm4moelite.")),
+    # Qwen2.5-VL: llama.cpp's qwen2vl loader reads it, its M-RoPE sections as four (the last 0) under another name
+    "qwen25vl": Translation("qwen2vl", derived=lambda kv: _rope_sections(kv, "qwen25vl.rope.mrope_section"),
+                            dropped=("qwen25vl.rope.mrope_section",)),
 }
+
+
+def _rope_sections(kv: Mapping[str, object], key: str) -> list[tuple[str, object, gguf.GGUFValueType]]:
+    """qwen2vl's four M-RoPE sections from the three a file wrote under `key`."""
+    sections = kv.get(key)
+    if not isinstance(sections, list) or len(sections) < 3 or not all(isinstance(s, int) for s in sections[:3]):
+        return []
+    return [("qwen2vl.rope.dimension_sections", [*sections[:3], 0], gguf.GGUFValueType.ARRAY)]
 
 
 def _latent_attention(kv: Mapping[str, object], prefix: str) -> list[tuple[str, object, gguf.GGUFValueType]]:
@@ -371,7 +384,8 @@ def write_text_only(src: Path, dst: Path) -> None:
             keys |= {key: (value, kind) for key, value, kind in translation.derived(values)}
         written = set()
         for field in reader.fields.values():
-            if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            if field.name.startswith("GGUF.") or field.name == "general.architecture" or (
+                    translation is not None and field.name in translation.dropped):
                 continue
             name = _key_name(field.name, arch, translation)
             kind = field.types[0]

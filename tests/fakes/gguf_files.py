@@ -749,3 +749,46 @@ def write_tiny_glm_flash(path: Path, *, ollama_layout: bool = False, seed: int =
                 "blk.1.ffn_gate_shexp.weight": w(n_ff_exp, n_embd), "blk.1.ffn_up_shexp.weight": w(n_ff_exp, n_embd),
                 "blk.1.ffn_down_shexp.weight": w(n_embd, n_ff_exp)}
     return _finish(writer, tensors, path)
+
+
+def write_tiny_qwen25vl(path: Path, *, ollama_layout: bool = False, seed: int = 0) -> Path:
+    """A two-block Qwen2.5-VL text model (M-RoPE; F32 random weights) with a byte-level vocabulary, as llama.cpp's
+    converter lays it out (architecture `qwen2vl`, `rope.dimension_sections` of four); or, with `ollama_layout`, as
+    Ollama publishes Qwen2.5-VL: `qwen25vl`, the sections as `rope.mrope_section` of three, its vision encoder
+    inside."""
+    n_embd, heads, kv_heads, n_ff = 64, 4, 2, 128
+    head_dim = n_embd // heads
+    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    w = _random(seed)
+    arch = "qwen25vl" if ollama_layout else "qwen2vl"
+    writer = _tiny_writer(path, arch, "tiny-qwen25vl", n_embd=n_embd, blocks=2, n_ff=n_ff, heads=heads,
+                          kv_heads=kv_heads)
+    writer.add_float32(arch + ".attention.layer_norm_rms_epsilon", 1e-6)
+    writer.add_float32(arch + ".rope.freq_base", 1000000.0)
+    if ollama_layout:
+        writer.add_array(arch + ".rope.mrope_section", [2, 3, 3])
+    else:
+        writer.add_array(arch + ".rope.dimension_sections", [2, 3, 3, 0])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(257)
+    writer.add_eos_token_id(259)
+    writer.add_add_bos_token(False)
+    tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
+               "output.weight": w(len(tokens), n_embd)}
+    for i in range(2):
+        b = f"blk.{i}."
+        tensors |= {
+            b + "attn_norm.weight": ones(n_embd), b + "attn_q.weight": w(n_embd, n_embd), b + "attn_q.bias": w(n_embd),
+            b + "attn_k.weight": w(kv_heads * head_dim, n_embd), b + "attn_k.bias": w(kv_heads * head_dim),
+            b + "attn_v.weight": w(kv_heads * head_dim, n_embd), b + "attn_v.bias": w(kv_heads * head_dim),
+            b + "attn_output.weight": w(n_embd, n_embd), b + "ffn_norm.weight": ones(n_embd),
+            b + "ffn_gate.weight": w(n_ff, n_embd), b + "ffn_up.weight": w(n_ff, n_embd),
+            b + "ffn_down.weight": w(n_embd, n_ff),
+        }
+    if ollama_layout:  # its vision encoder inside (the copy leaves it out, as for any layout)
+        tensors |= {"v.blk.0.attn_q.weight": w(8, 8), "mm.0.weight": w(4, 8)}
+    return _finish(writer, tensors, path)

@@ -19,6 +19,7 @@ from tests.fakes.gguf_files import (
     write_tiny_gpt_oss,
     write_tiny_lfm2,
     write_tiny_olmo,
+    write_tiny_qwen25vl,
 )
 from tests.helpers.paths import required_path
 from tests.helpers.serve import create_from_file
@@ -83,19 +84,19 @@ def test_an_ollama_gemma3_with_its_vision_encoder_inside_answers_from_a_text_onl
 
 
 def test_an_architecture_of_ollamas_own_name_fails_with_a_reason_a_user_can_act_on(live_server, tmp_path) -> None:
-    renamed = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "qwen25vl.gguf",
-                           arch="qwen25vl")
+    renamed = rewrite_gguf(required_path("OLLAMA_PY_TEST_MODEL"), tmp_path / "deepseekocr.gguf",
+                           arch="deepseekocr")
     create_from_file(live_server.url, "glm-ollama", renamed)
     status, body = generate(live_server, "glm-ollama")
     assert status == 500
-    assert "unknown model architecture: 'qwen25vl'" in body["error"]  # llama-server's own words, then why
-    assert "this GGUF is in Ollama's own layout (architecture 'qwen25vl', which llama.cpp reads as " \
-        "'qwen2vl' only once translated)" in body["error"]
+    assert "unknown model architecture: 'deepseekocr'" in body["error"]  # llama-server's own words, then why
+    assert "this GGUF is in Ollama's own layout (architecture 'deepseekocr', which llama.cpp reads as " \
+        "'deepseek2-ocr' only once translated)" in body["error"]
     assert "\n" not in body["error"]
 
 
 @pytest.mark.parametrize("write", [write_tiny_gpt_oss, write_tiny_olmo, write_tiny_gemma4, write_tiny_lfm2,
-                                   write_tiny_glm_flash])
+                                   write_tiny_glm_flash, write_tiny_qwen25vl])
 def test_an_ollama_architecture_answers_from_a_translated_copy_as_llama_cpps_file_does(live_server, tmp_path,
                                                                                       write) -> None:
     """Ollama's gpt-oss (architecture `gptoss`, three tensor names and four keys of its own) and OLMo 3 (`olmo3`):

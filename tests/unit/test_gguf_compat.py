@@ -25,6 +25,7 @@ from tests.fakes.gguf_files import (
     write_tiny_glm_flash,
     write_tiny_gpt_oss,
     write_tiny_olmo,
+    write_tiny_qwen25vl,
 )
 from tests.helpers.app import create_tiny_model, make_settings
 
@@ -111,7 +112,7 @@ def test_a_vision_encoder_inside_the_model_file_is_named_in_the_note() -> None:
     assert ollama_layout(projector) == Layout()
 
 
-@pytest.mark.parametrize(("arch", "theirs"), [("qwen25vl", "qwen2vl"), ("deepseekocr", "deepseek2-ocr")])
+@pytest.mark.parametrize(("arch", "theirs"), [("deepseekocr", "deepseek2-ocr"), ("glmocr", "glm4")])
 def test_an_architecture_of_ollamas_own_name_is_named_in_the_note(arch: str, theirs: str) -> None:
     layout = ollama_layout(info(arch))
     assert layout.overrides == () and not layout.text_only
@@ -224,16 +225,16 @@ def test_a_monolithic_model_is_planned_from_its_copy_under_the_data_dir(tmp_path
 
 
 async def test_a_load_failure_of_an_ollama_layout_file_says_why(fake_app, aiohttp_client, tmp_path: Path) -> None:
-    failure = "llama_model_load: error loading model: unknown model architecture: 'qwen25vl'"
+    failure = "llama_model_load: error loading model: unknown model architecture: 'deepseekocr'"
     settings, app = fake_app({"FAKE_LOAD_FAIL": failure})
-    create_tiny_model(settings, write_tiny_gguf(tmp_path / "qwen25vl.gguf", arch="qwen25vl"), name="qwen25vl")
+    create_tiny_model(settings, write_tiny_gguf(tmp_path / "deepseekocr.gguf", arch="deepseekocr"), name="deepseekocr")
     client = await aiohttp_client(app)
-    r = await client.post("/api/generate", json={"model": "qwen25vl", "prompt": "hi", "stream": False})
+    r = await client.post("/api/generate", json={"model": "deepseekocr", "prompt": "hi", "stream": False})
     assert r.status == 500
     error = (await r.json())["error"]
-    assert "unknown model architecture: 'qwen25vl'" in error
-    assert error.endswith("(this GGUF is in Ollama's own layout (architecture 'qwen25vl', which llama.cpp reads as "
-                          "'qwen2vl' only once translated), which upstream llama.cpp does not read: use a GGUF "
+    assert "unknown model architecture: 'deepseekocr'" in error
+    assert error.endswith("(this GGUF is in Ollama's own layout (architecture 'deepseekocr', which llama.cpp reads as "
+                          "'deepseek2-ocr' only once translated), which upstream llama.cpp does not read: use a GGUF "
                           "converted by llama.cpp (from Hugging Face, or `ollama-py create` from the model's "
                           "safetensors))")
     # a model without such a layout fails with llama-server's words only
@@ -268,7 +269,8 @@ def test_no_copy_is_started_without_room_for_it(tmp_path: Path, monkeypatch: pyt
 
 @pytest.mark.parametrize(("arch", "theirs", "write"), [("gptoss", "gpt-oss", write_tiny_gpt_oss),
                                                        ("olmo3", "olmo2", write_tiny_olmo),
-                                                       ("glm4moelite", "deepseek2", write_tiny_glm_flash)])
+                                                       ("glm4moelite", "deepseek2", write_tiny_glm_flash),
+                                                       ("qwen25vl", "qwen2vl", write_tiny_qwen25vl)])
 def test_an_ollama_architecture_is_read_from_a_copy_translated_as_ollamas_loader_translates_it(
         tmp_path: Path, arch: str, theirs: str, write: Any) -> None:
     """gptoss -> gpt-oss: the keys' prefix, gpt-4o's pre-tokenizer, the expert FFN length from its tensors, YaRN,
