@@ -33,6 +33,7 @@ from ollama_py.server.bodies import base64_data
 from ollama_py.server.bodies import field as typed_field
 from ollama_py.server.completion import Final
 from ollama_py.template.forced_calls import ForcedCall, forced
+from ollama_py.template.gojson import marshal_arguments
 
 Event = tuple[str, dict[str, Any]]
 
@@ -493,7 +494,7 @@ class MessageStream:
         for call in final.tool_calls or []:
             events += self._close_block()
             block = _tool_use(call)
-            args = json.dumps(block["input"])
+            args = marshal_arguments(block["input"])
             events += [
                 ("content_block_start", {"type": "content_block_start", "index": self._index,
                                          "content_block": {**block, "input": {}}}),

@@ -28,7 +28,7 @@ from ollama_py.server.bodies import base64_data, field
 from ollama_py.server.completion import Final
 from ollama_py.server.logprobs import entries as logprob_entries
 from ollama_py.template.forced_calls import ForcedCall, forced
-from ollama_py.template.gojson import UnsupportedValue, marshal_ordered
+from ollama_py.template.gojson import marshal_arguments
 
 if TYPE_CHECKING:
     from ollama_py.store.models import Model
@@ -440,15 +440,8 @@ def tool_calls(native: list[ToolCall]) -> list[dict[str, Any]]:
         fn = call["function"]
         out.append({"id": call.get("id") or f"call_{uuid.uuid4().hex[:8]}", "index": fn.get("index", i),
                     "type": "function",
-                    "function": {"name": fn["name"], "arguments": _arguments(fn.get("arguments") or {})}})
+                    "function": {"name": fn["name"], "arguments": marshal_arguments(fn.get("arguments") or {})}})
     return out
-
-
-def _arguments(arguments: dict[str, Any]) -> str:
-    try:
-        return marshal_ordered(arguments)
-    except UnsupportedValue:  # NaN or an infinity in a model's call (Python's JSON reads them): kept as Python writes
-        return json.dumps(arguments)
 
 
 def chat_logprobs(probs: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ their `json_fields` tags (omitempty included) or a MarshalJSON hook.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
@@ -113,6 +114,15 @@ def marshal(value: Any) -> str:
         items.sort(key=lambda kv: kv[0].encode("utf-8", errors="surrogatepass"))
         return "{" + ",".join(encode_string(k) + ":" + marshal(v) for k, v in items) + "}"
     raise UnsupportedValue(f"json: unsupported type: {type(value).__name__}")
+
+
+def marshal_arguments(arguments: dict[str, Any]) -> str:
+    """A tool call's arguments as Ollama's clients get them (Go marshals its ordered arguments: compact, in the
+    model's order); a NaN or an infinity (Python's JSON reads them from a model's text) kept as Python writes it."""
+    try:
+        return marshal_ordered(arguments)
+    except UnsupportedValue:
+        return json.dumps(arguments)
 
 
 def marshal_ordered(d: dict[str, Any] | None) -> str:
