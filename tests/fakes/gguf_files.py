@@ -321,7 +321,6 @@ def write_qwen3_reranker_gguf(path: Path, *, seed: int = 0, n_ctx: int = 512, me
     template (the head and its labels stay): a reranker known only by its cls.output tensor, as bge-reranker's
     GGUFs are."""
     n_embd, n_ff, heads, kv_heads, head_dim = 64, 128, 4, 2, 16
-    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     w = _random(seed)
     writer = _tiny_writer(path, "qwen3", "tiny-qwen3-reranker", n_embd=n_embd, blocks=1, n_ff=n_ff, heads=heads,
                           kv_heads=kv_heads, n_ctx=n_ctx)
@@ -333,14 +332,7 @@ def write_qwen3_reranker_gguf(path: Path, *, seed: int = 0, n_ctx: int = 512, me
     if metadata:
         writer.add_pooling_type(gguf.PoolingType.RANK)
         writer.add_chat_template([{"name": "rerank", "template": RERANK_TEMPLATE}])
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 257 + [3] * 3)
-    writer.add_token_merges(["a b"])  # llama.cpp refuses a BPE vocabulary without merges
-    writer.add_bos_token_id(257)
-    writer.add_eos_token_id(259)
-    writer.add_add_bos_token(False)
+    tokens = _byte_vocabulary(writer, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], pre="qwen2", eos=259)
     tensors = {
         "token_embd.weight": w(len(tokens), n_embd),
         "output_norm.weight": ones(n_embd),
@@ -441,6 +433,22 @@ def _random(seed: int) -> Any:
     return lambda *shape: np.asarray(rng.standard_normal(shape) * 0.2, dtype=np.float32)
 
 
+def _byte_vocabulary(writer: gguf.GGUFWriter, specials: list[str], *, pre: str, bos: int = 257, eos: int = 257,
+                     add_bos: bool = False, model: str = "gpt2", types: list[int] | None = None) -> list[str]:
+    """Write a byte-level vocabulary (GPT-2's byte tokens, so any text tokenizes; one merge, as llama.cpp wants
+    merges for BPE) and then `specials` (control tokens unless `types` says otherwise); its tokens."""
+    tokens = [*_byte_tokens(), "ab", *specials]
+    writer.add_tokenizer_model(model)
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types or [1] * 257 + [3] * len(specials))
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(bos)
+    writer.add_eos_token_id(eos)
+    writer.add_add_bos_token(add_bos)
+    return tokens
+
+
 def write_tiny_gpt_oss(path: Path, *, ollama_layout: bool = False, seed: int = 0) -> Path:
     """A two-block gpt-oss (attention sinks, sliding-window attention, 4 experts of which 2 are used, biases
     everywhere) with random F32 weights and a byte-level vocabulary, as llama.cpp's converter lays it out; or, with
@@ -449,7 +457,6 @@ def write_tiny_gpt_oss(path: Path, *, ollama_layout: bool = False, seed: int = 0
     tensors `attn_out`, `attn_sinks` (no `.weight`) and `ffn_norm` where llama.cpp has `attn_output`,
     `attn_sinks.weight` and `post_attention_norm`. The same weights either way, so both answer alike."""
     n_embd, heads, kv_heads, head_dim, n_expert, n_ff_exp, n_vocab_extra = 64, 4, 2, 16, 4, 32, 3
-    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|start|>", "<|end|>"][:256 + 1 + n_vocab_extra]
     w = _random(seed)
     writer = _tiny_writer(path, "gptoss" if ollama_layout else "gpt-oss", "tiny-gpt-oss", n_embd=n_embd, blocks=2,
                           n_ff=n_ff_exp, heads=heads, kv_heads=kv_heads)
@@ -465,14 +472,8 @@ def write_tiny_gpt_oss(path: Path, *, ollama_layout: bool = False, seed: int = 0
         writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     writer.add_rope_scaling_factor(1.0)
     writer.add_rope_scaling_orig_ctx_len(512)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default" if ollama_layout else "gpt-4o")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(257)
-    writer.add_eos_token_id(257)
-    writer.add_add_bos_token(False)
+    tokens = _byte_vocabulary(writer, ["<|endoftext|>", "<|start|>", "<|end|>"][:n_vocab_extra],
+                              pre="default" if ollama_layout else "gpt-4o")
     out_name, sinks_name, norm_name = (("attn_out", "attn_sinks", "ffn_norm") if ollama_layout
                                        else ("attn_output", "attn_sinks.weight", "post_attention_norm"))
     tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": np.ones(n_embd, np.float32),
@@ -501,21 +502,13 @@ def write_tiny_olmo(path: Path, *, ollama_layout: bool = False, seed: int = 0) -
     `olmo3.`; the tensors are the same)."""
     n_embd, heads, kv_heads, n_ff = 64, 4, 2, 128
     head_dim = n_embd // heads
-    tokens = [*_byte_tokens(), "ab", "<|endoftext|>"]
     w = _random(seed)
     writer = _tiny_writer(path, "olmo3" if ollama_layout else "olmo2", "tiny-olmo", n_embd=n_embd, blocks=2, n_ff=n_ff,
                           heads=heads, kv_heads=kv_heads)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(500000.0)
     writer.add_sliding_window(64)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 257 + [3])
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(257)
-    writer.add_eos_token_id(257)
-    writer.add_add_bos_token(False)
+    tokens = _byte_vocabulary(writer, ["<|endoftext|>"], pre="default")
     tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
                "output.weight": w(len(tokens), n_embd)}
     for i in range(2):
@@ -548,21 +541,14 @@ def write_scripted_gguf(path: Path, script: list[str], *, control: tuple[str, ..
     if len(script) + 1 > n_embd:
         raise ValueError(f"a script of at most {n_embd - 1} pieces")
     eos = "<|scripted_end|>"
-    tokens = [*_byte_tokens(), "ab", *script, eos]
     first = 257  # the script's first token id
     types = [1] * 257 + [3 if piece in control else 4 for piece in script] + [3]
     writer = _tiny_writer(path, "llama", "scripted", n_embd=n_embd, blocks=1, n_ff=n_ff, heads=heads, kv_heads=heads,
                           n_ctx=n_ctx)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(len(tokens) - 1)
-    writer.add_eos_token_id(len(tokens) - 1)
-    writer.add_add_bos_token(False)
+    tokens = _byte_vocabulary(writer, [*script, eos], pre="default", bos=257 + len(script), eos=257 + len(script),
+                              types=types)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
     embd = np.zeros((len(tokens), n_embd), np.float32)
@@ -594,7 +580,6 @@ def write_tiny_gemma4(path: Path, *, ollama_layout: bool = False, expert_scale: 
     a MoE per-expert scale under the name each layout gives it (for the copy's names only: llama.cpp's dense loader
     would refuse the extra tensor)."""
     n_embd, heads, kv_heads, head_dim, n_ff = 64, 4, 2, 16, 128
-    tokens = [*_byte_tokens(), "ab", "<bos>", "<eos>", "<|channel>", "<channel|>"]
     w = _random(seed)
     writer = _tiny_writer(path, "gemma4", "tiny-gemma4", n_embd=n_embd, blocks=2, n_ff=n_ff, heads=heads,
                           kv_heads=kv_heads)
@@ -609,14 +594,8 @@ def write_tiny_gemma4(path: Path, *, ollama_layout: bool = False, expert_scale: 
     writer.add_array("gemma4.attention.sliding_window_pattern", [True, False])
     writer.add_uint32("gemma4.embedding_length_per_layer_input", 0)
     writer.add_float32("gemma4.final_logit_softcapping", 30.0)
-    writer.add_tokenizer_model("llama" if ollama_layout else "gemma4")
-    writer.add_tokenizer_pre("gemma4")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(257)
-    writer.add_eos_token_id(258)
-    writer.add_add_bos_token(True)
+    tokens = _byte_vocabulary(writer, ["<bos>", "<eos>", "<|channel>", "<channel|>"], pre="gemma4", eos=258,
+                              add_bos=True, model="llama" if ollama_layout else "gemma4")
     tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
                "rope_freqs.weight": ones(head_dim // 2)}
     for i in range(2):
@@ -644,20 +623,14 @@ def write_tiny_lfm2(path: Path, *, ollama_layout: bool = False, seed: int = 0) -
     feed-forward length that its tensors do not have."""
     n_embd, heads, kv_heads, n_ff, l_cache = 64, 4, 2, 128, 3
     head_dim = n_embd // heads
-    tokens = [*_byte_tokens(), "ab", "<|startoftext|>", "<|im_end|>"]
     w = _random(seed)
     writer = _tiny_writer(path, "lfm2", "tiny-lfm2", n_embd=n_embd, blocks=2, n_ff=n_ff * 3 if ollama_layout else n_ff,
                           heads=heads, kv_heads=[0, kv_heads])
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(1000000.0)
     writer.add_uint32("lfm2.shortconv.l_cache", l_cache)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default" if ollama_layout else "lfm2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 257 + [3, 3])
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(257)
-    writer.add_eos_token_id(258)
+    tokens = _byte_vocabulary(writer, ["<|startoftext|>", "<|im_end|>"], pre="default" if ollama_layout else "lfm2",
+                              eos=258)
     tensors = {"token_embd.weight": w(len(tokens), n_embd),
                ("output_norm.weight" if ollama_layout else "token_embd_norm.weight"): ones(n_embd)}
     for i in range(2):
@@ -683,7 +656,6 @@ def write_tiny_glm_flash(path: Path, *, ollama_layout: bool = False, seed: int =
     `eos_token_ids`."""
     n_embd, heads, n_ff, n_ff_exp, n_expert = 64, 4, 128, 32, 4
     q_lora, kv_lora, rope, nope, v_head = 32, 32, 16, 16, 32
-    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|user|>", "<|observation|>"]
     eos_ids = [257, 258, 259]
     w = _random(seed)
     arch = "glm4moelite" if ollama_layout else "deepseek2"
@@ -716,18 +688,12 @@ def write_tiny_glm_flash(path: Path, *, ollama_layout: bool = False, seed: int =
     if not ollama_layout:
         writer.add_uint32(a + "expert_group_count", 1)
         writer.add_uint32(a + "expert_group_used_count", 1)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default" if ollama_layout else "glm4")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(257)
-    writer.add_eos_token_id(257)
+    tokens = _byte_vocabulary(writer, ["<|endoftext|>", "<|user|>", "<|observation|>"],
+                              pre="default" if ollama_layout else "glm4")
     writer.add_array("tokenizer.ggml.eos_token_ids", eos_ids)
     if not ollama_layout:
         writer.add_uint32("tokenizer.ggml.eot_token_id", eos_ids[1])
         writer.add_uint32("tokenizer.ggml.eom_token_id", eos_ids[2])
-    writer.add_add_bos_token(False)
     tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
                "output.weight": w(len(tokens), n_embd)}
     for i in range(2):
@@ -758,7 +724,6 @@ def write_tiny_qwen25vl(path: Path, *, ollama_layout: bool = False, seed: int = 
     inside."""
     n_embd, heads, kv_heads, n_ff = 64, 4, 2, 128
     head_dim = n_embd // heads
-    tokens = [*_byte_tokens(), "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     w = _random(seed)
     arch = "qwen25vl" if ollama_layout else "qwen2vl"
     writer = _tiny_writer(path, arch, "tiny-qwen25vl", n_embd=n_embd, blocks=2, n_ff=n_ff, heads=heads,
@@ -769,14 +734,7 @@ def write_tiny_qwen25vl(path: Path, *, ollama_layout: bool = False, seed: int = 
         writer.add_array(arch + ".rope.mrope_section", [2, 3, 3])
     else:
         writer.add_array(arch + ".rope.dimension_sections", [2, 3, 3, 0])
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 257 + [3] * (len(tokens) - 257))
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(257)
-    writer.add_eos_token_id(259)
-    writer.add_add_bos_token(False)
+    tokens = _byte_vocabulary(writer, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], pre="qwen2", eos=259)
     tensors = {"token_embd.weight": w(len(tokens), n_embd), "output_norm.weight": ones(n_embd),
                "output.weight": w(len(tokens), n_embd)}
     for i in range(2):
