@@ -81,6 +81,7 @@ class Gemma4Parser:
         self._buf = ""
         self._state = _State.CONTENT
         self._named = False  # past the channel's name ("thought\n"), or found without one
+        self._after_thought = False  # just past a channel's close: the content's leading whitespace is dropped
         self._count = 0
 
     @property
@@ -121,6 +122,12 @@ class Gemma4Parser:
         return self._after_call(buf, done)
 
     def _content(self, buf: str, done: bool, content: list[str]) -> bool:
+        if self._after_thought:  # however the answer was cut into pieces
+            buf = buf.lstrip()
+            self._buf = buf
+            if not buf:
+                return False
+            self._after_thought = False
         found = [(at, tag) for tag in (CHANNEL_OPEN, CALL_OPEN) if (at := buf.find(tag)) >= 0]
         if found:
             at, tag = min(found)
@@ -147,8 +154,8 @@ class Gemma4Parser:
         at = buf.find(CHANNEL_CLOSE)
         if at >= 0:
             thinking.append(buf[:at].rstrip())
-            self._buf = buf[at + len(CHANNEL_CLOSE):].lstrip()
-            self._state = _State.CONTENT
+            self._buf = buf[at + len(CHANNEL_CLOSE):]
+            self._state, self._after_thought = _State.CONTENT, True
             return True
         keep = 0 if done else _overlap(buf, CHANNEL_CLOSE)
         if not done:
