@@ -22,6 +22,10 @@ medians of the per-round pairs (the machine is shared: pairs share its load at t
   chat         /api/chat (GGUF template) vs the fake's /v1/chat/completions
   conc16       16 clients at once on 4 slots, 64 tokens each: aggregate tokens/s ratio
   cpu          the serve process's CPU (/proc schedstat) per 8-token request, and per token from a 512-token one
+  floors       the native request through two relays in front of the same fake, beside it direct: the least any
+               relay costs on this machine (bench/relay_floor.c: C, blocking sockets) and the least an aiohttp
+               gateway costs (bench/aiohttp_floor.py: one handler over ollama-py's runner client): how much of the
+               gateway's added time is the machine's and aiohttp's, and how much its own
 
 Writes bench/results/gpu_speed_fake.json (keyed by --label) and prints a markdown table, then issue 38's targets
 for this case, each met or not (`make bench` runs it).
@@ -33,6 +37,8 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,12 +55,14 @@ from bench.common import (  # noqa: E402
     cpu_model,
     cpu_seconds,
     create_model,
+    free_port,
     load_average,
     median,
     runner_argv,
     runner_key,
     start_serve,
 )
+from bench.relay_floor import build_relay, wait_listening  # noqa: E402
 
 FAKE = ROOT / "tests" / "fakes" / "fake_llama_server.py"
 PROMPT_DELAY, TOKEN_DELAY = 0.002, 0.001
@@ -197,6 +205,44 @@ class Bench:
                 "direct_chunks_per_s": median(rates["d"])}
 
 
+    async def floors(self, rounds: int, relays: dict[str, str]) -> dict[str, Any]:
+        """The native request direct, through the gateway and through each relay (name -> its URL, in front of
+        the fake the direct side calls), order rotated each round: per side but direct, its added first token
+        and whole-request ratio, paired with the direct request of the same round."""
+        gateway, direct = self.cases(8)["native"]
+        body = {"prompt": "hi", "n_predict": 8, "stream": True, "temperature": 0, "cache_prompt": True}
+        sides: list[tuple[str, Any]] = [("direct", direct), ("gateway", gateway)]
+        for name, url in relays.items():
+            sides.append((name, lambda url=url: timed(self.session, url + "/completion", body)))
+        added: dict[str, list[float]] = {name: [] for name, _ in sides[1:]}
+        whole: dict[str, list[float]] = {name: [] for name, _ in sides[1:]}
+        for i in range(rounds):
+            turn = sides[i % len(sides):] + sides[:i % len(sides)]
+            got = {name: await fn() for name, fn in turn}
+            for name in added:
+                added[name].append((got[name][0] - got["direct"][0]) * 1e3)
+                whole[name].append(got[name][1] / got["direct"][1])
+        return {name: {"added_ttft_ms": median(added[name]), "ratio_total": median(whole[name])} for name in added}
+
+
+def start_floors(tmp: Path, upstream: str, key: str) -> tuple[dict[str, str], list[subprocess.Popen[bytes]]]:
+    """The two floor relays in front of the fake at `upstream` (its URL): name -> URL, and their processes (the C
+    one only where a C compiler is). The caller waits for them to listen."""
+    port = upstream.rsplit(":", 1)[1]
+    relays: dict[str, str] = {}
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(tmp / "floors.log", "wb") as log:
+        if shutil.which("cc") or shutil.which("gcc"):
+            c_port = free_port()
+            procs.append(subprocess.Popen([str(build_relay(tmp)), str(c_port), port, key], stdout=log, stderr=log))
+            relays["C relay"] = f"http://127.0.0.1:{c_port}"
+        a_port = free_port()
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "bench" / "aiohttp_floor.py"), str(a_port), port,
+                                       key], stdout=log, stderr=log))
+        relays["aiohttp relay"] = f"http://127.0.0.1:{a_port}"
+    return relays, procs
+
+
 def table(res: dict[str, Any]) -> str:
     rows = ["| Case (8 tokens) | first token direct (ms) | through gateway (ms) | added (ms, paired) "
             "| whole request gateway/direct | gateway CPU per request (ms) |", "|---|---|---|---|---|---|"]
@@ -212,6 +258,12 @@ def table(res: dict[str, Any]) -> str:
     rows.append(f"16 clients on 4 slots, 64 tokens each: aggregate gateway/direct **{c['ratio']:.3f}** "
                 f"({c['gateway_chunks_per_s']:.0f} vs {c['direct_chunks_per_s']:.0f} chunks/s); gateway CPU per "
                 f"relayed token {res['cpu_per_token_us']:.0f} µs; load {res['load']}; CPU {res.get('cpu', '?')}.")
+    if res.get("floors"):
+        rows.append("")
+        rows.append(f"Floors: the native request in front of the same fake, each paired with a direct one in the same "
+                    f"round ({res['floor_rounds']} rounds, order rotated): "
+                    + "; ".join(f"{name} **{f['added_ttft_ms']:+.2f} ms** first token, whole {f['ratio_total']:.3f}"
+                                for name, f in res["floors"].items()) + ".")
     return "\n".join(rows)
 
 
@@ -272,7 +324,20 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             cases = await bench.round_trip(args.rounds)
             per_token = await bench.per_token_cpu(max(3, args.rounds // 5))
             conc = await bench.concurrency(args.conc_rounds)
-            return {"label": args.label, "rounds": args.rounds, "pinned": args.pin, "clock": args.clock,
+            floors: dict[str, Any] = {}
+            if args.floor_rounds:
+                relays, floor_procs = start_floors(tmp, bench.direct, runner_key(serve, "fake_llama_server.py"))
+                try:
+                    for url in relays.values():
+                        await wait_listening(int(url.rsplit(":", 1)[1]))
+                    await bench.floors(4, relays)  # warm-up
+                    floors = await bench.floors(args.floor_rounds, relays)
+                finally:
+                    for proc in floor_procs:
+                        proc.terminate()
+                        proc.wait(10)
+            return {"floors": floors, "floor_rounds": args.floor_rounds,
+                    "label": args.label, "rounds": args.rounds, "pinned": args.pin, "clock": args.clock,
                     "cases": cases, "conc16": conc,
                     "cpu_per_token_us": per_token, "load": [load0, load_average()], "cpu": cpu_model(),
                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -288,6 +353,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--conc-rounds", type=int, default=4)
     ap.add_argument("--label", default="now")
+    ap.add_argument("--floor-rounds", type=int, default=40,
+                    help="rounds of the floor relays (C, aiohttp) beside the direct fake; 0: none")
     ap.add_argument("--no-save", action="store_true", help="print the table only (bench/gpu_first_token.py)")
     ap.add_argument("--pin", action="store_true",
                     help="the fake alone on CPU 0, serve and the client on the others: the runner's pace kept "

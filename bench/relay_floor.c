@@ -1,6 +1,6 @@
 /* The floor for a token relay: the least a gateway can do between llama-server and a client, in C.
  *
- *   relay_floor LISTEN_PORT UPSTREAM_PORT
+ *   relay_floor LISTEN_PORT UPSTREAM_PORT [API_KEY]
  *
  * One connection at a time, blocking sockets, no parsing beyond what the relay needs: the client's POST body is
  * sent to llama-server's /completion as is, and each streamed `data:` event becomes an Ollama-style NDJSON chunk
@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 static char in[1 << 20], text[1 << 20];
+static char auth[512]; /* "Authorization: Bearer KEY\r\n" when the upstream wants a key */
 
 static int write_all(int fd, const char *p, size_t n) {
     while (n) {
@@ -94,9 +95,9 @@ static void serve_one(int client, int upstream_port) {
     }
     int up = connect_loopback(upstream_port);
     if (up < 0) return;
-    char head[256];
+    char head[1024];
     int hl = snprintf(head, sizeof head, "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                      "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", have);
+                      "application/json\r\n%sContent-Length: %zu\r\nConnection: close\r\n\r\n", auth, have);
     if (write_all(up, head, hl) || write_all(up, body, have)) goto out;
     int one = 1;
     setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -145,10 +146,11 @@ out:
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s LISTEN_PORT UPSTREAM_PORT\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s LISTEN_PORT UPSTREAM_PORT [API_KEY]\n", argv[0]);
         return 2;
     }
+    if (argc == 4) snprintf(auth, sizeof auth, "Authorization: Bearer %.400s\r\n", argv[3]);
     int port = atoi(argv[1]), upstream = atoi(argv[2]), one = 1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001)};
     int s = socket(AF_INET, SOCK_STREAM, 0);

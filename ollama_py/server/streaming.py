@@ -252,19 +252,21 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
                                                     "X-Accel-Buffering": "no"})
         await resp.prepare(request)
         try:
-            last = b""
+            ended = False
             if has_first:
                 data = encode(first)
                 if ends is not None and ends(first):
-                    last = data
+                    await resp.write_eof(data + trailer)  # one send: the client is done before the source
+                    ended = True
                 else:
                     await resp.write(data)
                     if lane is not None:
                         lane.bind(request, resp)
-                    last = await _pump(events, resp, encode, ends)
-            await resp.write_eof(last + trailer)  # one send; with `last`, the client is done before the source
-            if last:
+                    ended = await _pump(events, resp, encode, ends, trailer)
+            if ended:
                 await _after_last(request, events)
+            else:
+                await resp.write_eof(trailer)
             return resp
         except OllamaError as e:
             log.warning("%s %s failed mid-stream: %s", request.method, request.path, e)
@@ -285,15 +287,17 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
 
 
 async def _relay(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes],
-                 ends: Callable[[Any], bool] | None) -> bytes:
-    """Write each event as it comes; the last one (`ends`) is handed back unwritten, to leave with the end of
-    the body (b"": the source ended without one)."""
+                 ends: Callable[[Any], bool] | None, trailer: bytes) -> bool:
+    """Write each event as it comes; the last one (`ends`) leaves with the trailer and the end of the body, in
+    one send and from this task, before anything else the loop holds (the runner's next connection, opened
+    when its stream closed, waits behind it): True. False: the source ended without a last event."""
     async for event in events:
         data = encode(event) if not long_context(event) else await encode_long(encode, event)
         if ends is not None and ends(event):
-            return data
+            await resp.write_eof(data + trailer)
+            return True
         await resp.write(data)
-    return b""
+    return False
 
 
 async def _after_last(request: web.Request, events: AsyncIterator[Any]) -> None:
@@ -332,10 +336,10 @@ async def encode_long(encode: Callable[[Any], bytes], event: dict[str, Any]) -> 
 
 
 async def _pump(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes],
-                ends: Callable[[Any], bool] | None) -> bytes:
-    """Relay the rest of the stream in a task of its own. Each token resumes only the frames of that task,
-    not the handler's whole await chain (aiohttp's request handling, the middlewares, the route)."""
-    task = asyncio.ensure_future(_relay(events, resp, encode, ends))
+                ends: Callable[[Any], bool] | None, trailer: bytes) -> bool:
+    """Relay the rest of the stream in a task of its own (_relay). Each token resumes only the frames of that
+    task, not the handler's whole await chain (aiohttp's request handling, the middlewares, the route)."""
+    task = asyncio.ensure_future(_relay(events, resp, encode, ends, trailer))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
