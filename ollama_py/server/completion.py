@@ -35,7 +35,7 @@ from ollama_py.server.truncation import (
 )
 from ollama_py.template.forced_calls import ForcedCall
 from ollama_py.template.gemma4 import Gemma4Parser
-from ollama_py.template.harmony import HarmonyParser, prefill_of, reasoning_effort
+from ollama_py.template.harmony import FunctionNames, HarmonyParser, prefill_of, reasoning_effort
 from ollama_py.template.thinking import ThinkingParser, chat_template_tags, infer_tags, think_budget
 from ollama_py.template.tool_calls import ToolCallParser, gguf_tool_tag, infer_tool_tag, known_tool_tag
 
@@ -169,12 +169,13 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         images = []
     if messages is not None and any(m.get("images") for m in messages):
         messages, images = _place_images(messages)
+    tools = FunctionNames(req.tools).tools() if req.harmony and req.tools else req.tools  # harmony: identifiers
     if messages is None:
         prompt: str = req.prompt or ""
         if images and prompt.count(MEDIA_MARKER) < len(images):
             prompt = MEDIA_MARKER * (len(images) - prompt.count(MEDIA_MARKER)) + prompt
     elif req.model.prompt_template:
-        prompt = await render_off_loop(req.model.prompt_template, messages=messages, tools=req.tools, suffix=req.suffix,
+        prompt = await render_off_loop(req.model.prompt_template, messages=messages, tools=tools, suffix=req.suffix,
                                        think=req.think)
     else:  # the GGUF's own template: in-process where that matches the runner, else its /apply-template
         # a model whose template thinks renders with enable_thinking as `think` says (on unless false), as Ollama
@@ -183,7 +184,7 @@ async def build_prompt(req: CompletionRequest, loaded: Loaded) -> str | list[Any
         if req.model.gemma4:  # Gemma 4 thinks when asked to, as Ollama's renderer has it (its template's default)
             thinking = req.thinks
         effort = reasoning_effort(req.think) if req.model.harmony else None
-        prompt = await render_gguf_chat(req.model, messages, req.tools, loaded.client, thinking=thinking, effort=effort)
+        prompt = await render_gguf_chat(req.model, messages, tools, loaded.client, thinking=thinking, effort=effort)
     if images:
         return {"prompt_string": _apart(prompt), "multimodal_data": images}
     if req.context:

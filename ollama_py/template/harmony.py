@@ -13,6 +13,10 @@ Its markers are control tokens, which llama-server leaves out of the text unless
 (`preserved_tokens`, PRESERVED_TOKENS here). Nothing the model writes is lost: text outside any message, a call to a
 function the request did not declare, or arguments that are not a JSON object come out as content.
 
+Tool names are TypeScript identifiers in harmony (the prompt declares each tool as `type NAME = ...` in a namespace):
+a client's `get-weather` or `web.search` is shown to the model as `get_weather` / `web_search` (FunctionNames, as
+Ollama's FunctionNameMap renames them) and its calls are read back under the client's own name.
+
 Pure: no server; `is_harmony` says which models answer so (Ollama's shouldUseHarmony, and `PARSER harmony`).
 """
 
@@ -35,6 +39,65 @@ _ENDINGS = (END, CALL, RETURN)
 _FAMILIES = frozenset({"gptoss", "gpt-oss"})
 # harmony's reasoning levels (the template's `reasoning_effort`); Ollama maps "max" to "high"
 LEVELS = ("low", "medium", "high")
+
+
+# gpt-oss's built-in tools keep their names (the model was trained on them)
+_BUILTIN_TOOLS = frozenset({"browser.open", "browser.search", "browser.find", "python"})
+
+
+class FunctionNames:
+    """A request's tool names as harmony shows them, and back (Ollama's FunctionNameMap): spaces, `-` and `.` become
+    `_`, other characters that are neither letters, digits, `_` nor `$` are dropped, a leading digit gets a `_`, an
+    empty result is `unnamed`, and a name taken already (by an earlier tool) gets `_2`, `_3`... The same tools give
+    the same names, so the prompt's renderer and the answer's parser each make their own."""
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] | None) -> None:
+        self._tools = list(tools or ())
+        self.user: dict[str, str] = {}  # the prompt's name -> the client's
+        self._shown: list[str | None] = []  # per tool, the name the prompt shows (None: a tool without a name)
+        for tool in self._tools:
+            name = _name_of(tool)
+            if name is None:
+                self._shown.append(None)
+                continue
+            shown = self._derive(name) if name not in _BUILTIN_TOOLS else name
+            self.user[shown] = name
+            self._shown.append(shown)
+
+    def _derive(self, name: str) -> str:
+        base = "".join("_" if c in " -." else c for c in name if c in " -._$" or c.isalpha() or c.isdecimal())
+        base = base or "unnamed"
+        if base[0] in "0123456789":
+            base = "_" + base
+        candidate, n = base, 2
+        while candidate in self.user:
+            candidate, n = f"{base}_{n}", n + 1
+        return candidate
+
+    def tools(self) -> list[Any]:
+        """The tools as the prompt shows them: renamed copies where a name changes, the rest as they are."""
+        out: list[Any] = []
+        for tool, shown in zip(self._tools, self._shown, strict=True):
+            function = tool.get("function") if isinstance(tool, Mapping) else None
+            if isinstance(function, Mapping) and shown is not None and shown != function.get("name"):
+                out.append({**tool, "function": {**function, "name": shown}})
+            else:
+                out.append(tool)
+        return out
+
+    def original(self, shown: str) -> str:
+        """The client's name for a name the model wrote (as written when the prompt showed no such name)."""
+        return self.user.get(shown, shown)
+
+
+def _name_of(tool: Any) -> str | None:
+    function = tool.get("function") if isinstance(tool, Mapping) else None
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _tool_names(tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    return [name for name in map(_name_of, tools or ()) if name is not None]
 
 
 def is_harmony(family: str | None, template: str | None, parser: str | None = None) -> bool:
@@ -125,7 +188,8 @@ class HarmonyParser:
     content, "analysis" for one with thinking only; "" for a new message), as Ollama's parser starts."""
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] | None = None, prefill: str = "") -> None:
-        self.names = {str((t.get("function") or {}).get("name")) for t in tools or () if isinstance(t, Mapping)}
+        self.names = set(_tool_names(tools))
+        self._shown = FunctionNames(tools)  # the names the prompt showed the model
         self._buf = START + "assistant" + (f"{CHANNEL}{prefill}{MESSAGE}" if prefill else "")
         self._state = _State.BETWEEN
         self._first = True  # the prompt's own header (`<|start|>assistant`), which the answer goes on with
@@ -252,7 +316,7 @@ class HarmonyParser:
         self._kind, self._call_name, self._call_args = _Kind.CONTENT, "", []
 
     def _call(self, recipient: str, raw: str) -> ToolCall | None:
-        name = recipient.removeprefix("functions.")
+        name = self._shown.original(recipient.removeprefix("functions."))
         if name not in self.names:
             return None
         try:

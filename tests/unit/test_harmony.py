@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ollama_py.template.harmony import HarmonyParser, Header, is_harmony, parse_header, prefill_of, reasoning_effort
+from ollama_py.template.harmony import (
+    FunctionNames,
+    HarmonyParser,
+    Header,
+    is_harmony,
+    parse_header,
+    prefill_of,
+    reasoning_effort,
+)
 
 WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
@@ -140,3 +149,43 @@ def test_an_answer_without_the_format_is_content_as_it_comes() -> None:
     assert whole("<|chan") == ("", "<|chan", [])  # cut short in the first header: the text as written
     assert whole(" to") == ("", " to", [])
     assert whole("<|channel|>final") == ("", "", [])  # a header and nothing written after it
+
+
+# Ollama's FunctionNameMap cases (harmony/harmonyparser_test.go)
+@pytest.mark.parametrize(("name", "shown"), [
+    ("get weather", "get_weather"), ("get-weather", "get_weather"), ("get.weather", "get_weather"),
+    ("get weather!", "get_weather"), ("a🫠bc", "abc"), ("🫠", "unnamed"), ("123", "_123"), ("$", "$"),
+    ("𝓸𝓵𝓵𝓪𝓶𝓪", "𝓸𝓵𝓵𝓪𝓶𝓪"), ("ⓞⓛⓛⓐⓜⓐ123", "_123"), ("get_weather", "get_weather"),
+])
+def test_a_tool_name_is_shown_as_an_identifier(name: str, shown: str) -> None:
+    names = FunctionNames(_tools(name))
+    assert [t["function"]["name"] for t in names.tools()] == [shown] and names.original(shown) == name
+
+
+@pytest.mark.parametrize(("names", "shown"), [
+    (["get weather", "get weather"], ["get_weather", "get_weather_2"]),
+    (["get weather", "get_weather", "get-weather"], ["get_weather", "get_weather_2", "get_weather_3"]),
+    (["a", "a", "b", "a", "a", "b", "a"], ["a", "a_2", "b", "a_3", "a_4", "b_2", "a_5"]),
+    (["browser.open", "python", "not.a.built-in.function", "browser.not_a_real_built_in"],
+     ["browser.open", "python", "not_a_built_in_function", "browser_not_a_real_built_in"]),
+])
+def test_names_taken_get_a_number_and_built_ins_keep_theirs(names: list[str], shown: list[str]) -> None:
+    tools = _tools(*names)
+    renamed = FunctionNames(tools).tools()
+    assert [t["function"]["name"] for t in renamed] == shown
+    assert [t["function"]["parameters"] for t in renamed] == [t["function"]["parameters"] for t in tools]
+
+
+def test_a_call_under_the_shown_name_comes_back_under_the_clients() -> None:
+    tools = _tools("get-weather", "web.search")
+    text = ("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+            '{"city":"Paris"}<|end|><|start|>assistant<|channel|>commentary to=functions.web_search <|message|>'
+            '{"q":"x"}')
+    _, _, calls = whole(text, tools)
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("get-weather", {"city": "Paris"}), ("web.search", {"q": "x"})]
+
+
+def _tools(*names: str) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+            for n in names]

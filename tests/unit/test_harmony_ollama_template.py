@@ -86,3 +86,21 @@ async def test_a_prefilled_answer_goes_on_where_it_was_left(fake_app, aiohttp_cl
     r = await client.post("/api/chat", json={"model": "gpt-oss:20b", "messages": messages, "stream": False})
     message = (await r.json())["message"]
     assert (message.get("thinking", ""), message["content"]) == want
+
+
+async def test_a_tool_name_that_is_no_identifier_is_shown_renamed_and_called_back_by_its_own(
+        fake_app, aiohttp_client, tmp_path: Path) -> None:
+    """A client's `get-weather` (an MCP server's names often have hyphens or dots) is `get_weather` in the TypeScript
+    the model reads, as Ollama shows it; the model's call to functions.get_weather reaches the client as a call to
+    `get-weather`, on the native and the OpenAI routes."""
+    tools = [{**WEATHER[0], "function": {**WEATHER[0]["function"], "name": "get-weather"}}]
+    reply = SEP.join(["<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>", "json", "<|message|>",
+                      '{"city":"Paris"}'])
+    client = await _client(fake_app, aiohttp_client, tmp_path, reply)
+    prompt = await _rendered(client, messages=ASK, tools=tools)
+    assert "type get_weather = (_: {" in prompt and "get-weather" not in prompt
+    r = await client.post("/api/chat", json={"model": "gpt-oss:20b", "messages": ASK, "tools": tools, "stream": False})
+    assert (await r.json())["message"]["tool_calls"][0]["function"]["name"] == "get-weather"
+    r = await client.post("/v1/chat/completions", json={"model": "gpt-oss:20b", "messages": ASK, "tools": tools})
+    call = (await r.json())["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "get-weather" and json.loads(call["arguments"]) == {"city": "Paris"}
