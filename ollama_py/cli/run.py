@@ -24,8 +24,8 @@ THINK_VALUES = ("true", "false", "high", "medium", "low", "max")
 
 
 class RunCommand(click.Command):
-    """`--think` takes its value only as `--think=VALUE` (cobra's NoOptDefVal): a bare `--think` means true and
-    the next word stays part of the prompt."""
+    """`--think` and `--truncate` take a value only as `--think=VALUE` (cobra's NoOptDefVal, and a Go bool flag): a
+    bare `--think` or `--truncate` means true and the next word stays part of the prompt."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         rewritten: list[str] = []
@@ -33,7 +33,7 @@ class RunCommand(click.Command):
             if arg == "--":
                 rewritten += args[i:]
                 break
-            rewritten.append("--think=true" if arg == "--think" else arg)
+            rewritten.append(f"{arg}=true" if arg in ("--think", "--truncate") else arg)
         return super().parse_args(ctx, rewritten)
 
 
@@ -73,8 +73,14 @@ def _replay(messages: list[dict[str, Any]], wordwrap: bool) -> None:
 @click.option("--think", metavar="[=VALUE]",
               help="Enable thinking mode: --think or --think=true|false|high|medium|low|max")
 @click.option("--hidethinking", is_flag=True, help="Hide thinking output (if provided)")
+@click.option("--truncate", metavar="[=BOOL]", type=click.Choice(["true", "false"]), show_choices=False,
+              help="For embedding models: truncate inputs exceeding context length (default: true). Set "
+                   "--truncate=false to error instead")
+@click.option("--dimensions", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Truncate output embeddings to specified dimension (embedding models only)", show_default=False)
 def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: bool, insecure: bool,
-        nowordwrap: bool, format_: str | None, think: str | None, hidethinking: bool) -> None:
+        nowordwrap: bool, format_: str | None, think: str | None, hidethinking: bool, truncate: str | None,
+        dimensions: int) -> None:
     """Run a model: answer PROMPT (and/or text piped on stdin), or chat interactively."""
     if keepalive is not None:
         try:
@@ -103,7 +109,8 @@ def run(model: str, prompt: tuple[str, ...], keepalive: str | None, verbose: boo
     if "embedding" in capabilities and "completion" not in capabilities:
         if not opts.prompt:
             raise OllamaError(f'embedding models require input text. Usage: ollama-py run {model} "your text here"')
-        resp = client.embed(model, opts.prompt, keep_alive=opts.keep_alive)
+        resp = client.embed(model, opts.prompt, keep_alive=opts.keep_alive,
+                            truncate=None if truncate is None else truncate == "true", dimensions=dimensions or None)
         embeddings = resp.get("embeddings") or []
         if not embeddings:
             raise OllamaError("no embeddings returned")

@@ -118,6 +118,21 @@ def test_run_an_embedding_model_prints_the_vector(fake: FakeOllama, tmp_path: Pa
         'Error: embedding models require input text. Usage: ollama-py run e "your text here"\n')
 
 
+@pytest.mark.parametrize(("flags", "sent"), [
+    ([], {}), (["--truncate"], {"truncate": True}), (["--truncate=false"], {"truncate": False}),
+    (["--dimensions", "2"], {"dimensions": 2}),
+    (["--truncate=true", "--dimensions=8"], {"truncate": True, "dimensions": 8}),
+])
+def test_run_an_embedding_model_with_truncate_and_dimensions(fake: FakeOllama, tmp_path: Path, flags: list[str],
+                                                             sent: dict[str, Any]) -> None:
+    """As Ollama's `run --truncate[=false] --dimensions N`: sent with /api/embed only when given; a bare --truncate
+    leaves the next word in the text."""
+    fake.on("POST", "/api/show", {"capabilities": ["embedding"]})
+    fake.on("POST", "/api/embed", {"embeddings": [[0.6, 0.8]]})
+    assert invoke(fake, ["run", "e", *flags, "some", "text"], tmp_path).stdout == "[0.6,0.8]\n"
+    assert fake.bodies("POST", "/api/embed") == [{"model": "e", "input": "some text", **sent}]
+
+
 @pytest.mark.parametrize(
     ("chunks", "shown"),
     [(["the quick brownish fox"], "the quick brown\x1b[5D\x1b[K\nbrownish fox"),
