@@ -324,9 +324,17 @@ _S = TypeVar("_S", bound=SSEStream)
 
 
 class Tap:
-    """Access to the stream behind a `stream_events` generator, to `divert` its events (set once connected)."""
+    """Access to the stream behind a `stream_events` generator, to `divert` its events: `stream` is set once the
+    request is written on it (anew after a retry on another connection), and `on_connect(stream)` told."""
 
-    stream: SSEStream | None = None
+    def __init__(self, on_connect: Callable[[SSEStream], None] | None = None) -> None:
+        self.stream: SSEStream | None = None
+        self._on_connect = on_connect
+
+    def connected(self, stream: SSEStream) -> None:
+        self.stream = stream
+        if self._on_connect is not None:
+            self._on_connect(stream)
 
 
 SPARE_SECONDS = 3.0  # llama-server (cpp-httplib) drops a connection that sends no request within 5 s
@@ -397,7 +405,7 @@ async def stream_events(host: str, port: int, path: str, body: dict[str, Any], *
             if streams is not None:
                 streams.add(stream)
             if tap is not None:
-                tap.stream = stream
+                tap.connected(stream)
             try:
                 events = stream.take()
                 while True:

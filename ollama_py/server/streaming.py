@@ -1,8 +1,8 @@
 """Writing streams: Ollama's NDJSON and SSE (OpenAI, Anthropic), with errors that respect what was sent.
 
-The first event is awaited before headers go out, so an error before any output gets a proper status code;
-after that, an error becomes a final {"error": ...} line (or SSE error event). The event source is always
-closed, so a client that hangs up frees its runner slot at once.
+No header goes out before the first chunk (a Lane may prepare the response early, holding its headers back), so
+an error before any output gets a proper status code; after that, an error becomes a final {"error": ...} line (or
+SSE error event). The event source is always closed, so a client that hangs up frees its runner slot at once.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from aiohttp.abc import AbstractStreamWriter
 
 from ollama_py.errors import OllamaError
 from ollama_py.fastjson import dumps, json_string
-from ollama_py.runner.sse import Tap
+from ollama_py.runner.sse import SSEStream, Tap
 from ollama_py.server.completion import Delta, Final
 from ollama_py.server.errors import describe, error_body
 
@@ -65,25 +65,33 @@ def escaped(text: str) -> bytes:
 
 class Lane:
     """The per-token fast path of one streamed completion: plain tokens written to the client's transport from the
-    runner stream's protocol callback, with no task wake-up and no generator chain per token. This class owns it,
-    start to end; the steps, in the order they must happen:
+    runner stream's protocol callback, with no task wake-up and no generator chain per token, the first token
+    included. This class owns it, start to end; the steps, in the order they must happen:
 
     1. the route makes a Lane with its chunk renderer (`render(text, created_at) -> bytes`) and gives it to both
        the CompletionRequest and the writer (`ndjson` / `sse`);
-    2. run_completion, for a plain request (no thinking or tool-call parsing, no logprobs), streams the runner's
-       events with `lane.tap`, through which the lane reaches the runner/sse.py SSEStream once it is connected;
-    3. stream_response writes the first chunk the ordinary way, with the headers, then `bind`s the lane to the
-       response: only a chunked, uncompressed body, whose framing the lane writes as aiohttp would;
-    4. run_completion, resumed after each Delta it yielded (so that chunk is written), calls `divert`: once, if
-       bound and the client keeps up, the stream's later events go to the lane's sinks instead of the queue;
-    5. in the protocol callback, `_take_unparsed` gets a plain token as llama-server's own bytes (runner/sse.py
+    2. stream_response `offer`s the lane its response, not yet prepared, before it waits for the first event;
+       run_completion, for a plain request (no thinking or tool-call parsing, no logprobs), `collect`s: it gives
+       the lane the lists its text and token ids go to and what to do at the first token, and streams the
+       runner's events with `lane.tap`;
+    3. once the runner has the request (the tap is connected), while the runner computes the first token, the
+       lane prepares the response (aiohttp makes the status line and headers and holds them back: nothing is
+       sent), `bind`s itself to it (only a chunked, uncompressed body, whose framing the lane writes as aiohttp
+       would) and `divert`s the stream: its events go to the lane's sinks instead of the queue;
+    4. in the protocol callback, `_take_unparsed` gets a plain token as llama-server's own bytes (runner/sse.py
        _PLAIN: one match, the event's fields in llama-server's order, nothing escaped) and writes them as they
-       are; any other event is parsed and offered to `_take_event`, which writes its text escaped;
-    6. the first event a sink declines (a stop, log-probabilities, a client gone or more than _LANE_BUFFER
-       behind) goes the ordinary way, and so does everything after it: the Final and the end of the body.
-    Bound before diverted (3 before 4), and diverted only once the consumer wrote a chunk: the client sees every
-    chunk in order. The text and token ids the sinks take are appended to run_completion's own lists (bytes for
-    unparsed text, decoded with the rest at the end), so the Final is the same whichever way a token went.
+       are, the held-back headers with the first; any other event is parsed and offered to `_take_event`, which
+       writes its text escaped;
+    5. the first event a sink declines (a stop, log-probabilities, a client gone or more than _LANE_BUFFER
+       behind) goes the ordinary way, and so does everything after it: the Final and the end of the body, written
+       by stream_response on the same response (the headers with them if the lane sent none).
+    An error before the lane wrote anything takes the prepared response back (`withdraw`: nothing was sent), so
+    the error still gets its own status; after, it is the body's last line, as any error mid-stream. Where the
+    response cannot be prepared early (not offered, or an older aiohttp), the first chunk goes the ordinary way
+    and the lane is bound and diverted after it (run_completion calls `divert` after each Delta it yielded, a
+    no-op once diverted). Either way the client sees every chunk in order, and the text and token ids the sinks
+    take are appended to run_completion's own lists (bytes for unparsed text, decoded with the rest at the end),
+    so the Final is the same whichever way a token went.
 
     `unparsed` and `parsed` count the tokens each sink wrote; `Lane.totals` sums them over the process when the
     response ends. The real-runner test asserts most tokens of a plain stream are `unparsed`: a llama-server
@@ -94,20 +102,89 @@ class Lane:
 
     def __init__(self, render: Callable[[str, str], bytes]) -> None:
         self._render = render
-        self.tap = Tap()
+        self.tap = Tap(self._connected)
         self._transport: asyncio.Transport | None = None  # (uvloop's is no subclass: typed, never isinstance)
         self.put: Callable[[bytes], bool] = _refuse  # a text's JSON string body (escaped, UTF-8) -> written?
-        self._diverted = False
+        self._diverted: SSEStream | None = None
         self._text: list[str | bytes] = []
         self._tokens: list[int] | None = None
+        self._on_first: Callable[[], None] | None = None
+        self._request: web.Request | None = None
+        self.response: web.StreamResponse | None = None  # offered by stream_response, prepared early or by it
+        self._early: asyncio.Task[None] | None = None
+        self.wrote = False  # the lane sent a chunk (and with the first, the headers)
         self.unparsed = 0
         self.parsed = 0
 
+    def offer(self, request: web.Request, resp: web.StreamResponse) -> None:
+        """Step 2 (stream_response): the response, to prepare once the runner has the request."""
+        if getattr(request.writer, "send_headers", None) is not None:  # aiohttp >= 3.12 holds headers back
+            self._request, self.response = request, resp
+
+    def collect(self, text: list[str | bytes], tokens: list[int] | None, on_first: Callable[[], None]) -> None:
+        """Step 2 (run_completion): where the text and token ids go (None: ids not wanted), and what to do when
+        the lane writes the first token."""
+        self._text, self._tokens, self._on_first = text, tokens, on_first
+
+    def _connected(self, stream: SSEStream) -> None:
+        """The tap's stream has the runner's request (again, after a retry on a new connection)."""
+        if self.wrote:
+            return
+        if self._early is None and self.response is not None and self._on_first is not None:
+            self._early = asyncio.get_running_loop().create_task(self._prepare_early())
+        elif self._diverted is not None:  # a retry: the new stream, not the one that failed
+            self._diverted = None
+            self.divert()
+
+    async def _prepare_early(self) -> None:
+        """Step 3: while the runner computes, the response is prepared (its headers held back) and the stream
+        diverted."""
+        assert self._request is not None and self.response is not None
+        request, resp = self._request, self.response
+        try:
+            if not resp.prepared:
+                await resp.prepare(request)
+        except (ConnectionError, RuntimeError) as e:  # the client is gone: the handler finds out itself
+            log.debug("the early response was not prepared: %s", e)
+            return
+        self.bind(request, resp)
+        self.divert()
+
+    async def settled(self) -> None:
+        """The early preparation, if it started, is over (stream_response waits for it before it writes)."""
+        if self._early is not None:
+            await asyncio.shield(self._early)
+
+    def withdraw(self, request: web.Request) -> None:
+        """Nothing was sent: the prepared response is taken back, so that an error gets a response of its own
+        (aiohttp's writer keeps only its chunked framing from the preparation; the error's response replaces the
+        held-back headers)."""
+        self.put = _refuse
+        if self.response is not None and self.response.prepared and not self.wrote:
+            writer = request.writer
+            if hasattr(writer, "chunked"):
+                writer.chunked = False
+
     def bind(self, request: web.Request, resp: web.StreamResponse) -> None:
-        """Step 3: the headers and the first chunk are out; chunks may now be written directly."""
+        """Step 3 (or after the first chunk): chunks may now be written directly."""
+        if self._transport is not None:
+            return
         if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression and request.transport:
             self._transport = request.transport
-            self.put = _putter(self._render, request.transport, request.writer)
+            put = _putter(self._render, request.transport, request.writer)
+            send_headers = getattr(request.writer, "send_headers", None)
+
+            def first(raw: bytes) -> bool:  # the first chunk the lane writes: the held-back headers go first
+                if not self.ready():
+                    return False
+                if send_headers is not None:
+                    send_headers()  # (a no-op once aiohttp sent them)
+                self.put, self.wrote = put, True
+                if self._on_first is not None:
+                    self._on_first()
+                return put(raw)
+
+            self.put = first
 
     def ready(self) -> bool:
         t = self._transport
@@ -117,14 +194,13 @@ class Lane:
         """The chunk for a text, if the client can take it now."""
         return self.put(escaped(text))
 
-    def divert(self, text: list[str | bytes], tokens: list[int] | None) -> None:
-        """Step 4: from the next event on, the stream's events go to the sinks (once; a no-op until bound and
-        connected, and after). `text` and `tokens` (None: not wanted) are where the completion collects them."""
+    def divert(self) -> None:
+        """From the next event on, the stream's events go to the sinks (once per stream; a no-op until bound and
+        connected)."""
         stream = self.tap.stream
-        if self._diverted or stream is None or not self.ready():
+        if self._diverted is not None or stream is None or not self.ready():
             return
-        self._diverted = True
-        self._text, self._tokens = text, tokens
+        self._diverted = stream
         stream.divert(self._take_event, self._take_unparsed)
 
     def _take_unparsed(self, content: bytes, token_ids: bytes) -> bool:
@@ -154,6 +230,8 @@ class Lane:
 
     def close(self) -> None:
         """The response is over: this stream's counts join the process's."""
+        if self._early is not None and not self._early.done():
+            self._early.cancel()
         Lane.totals["unparsed"] += self.unparsed
         Lane.totals["parsed"] += self.parsed
 
@@ -247,11 +325,27 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
                         encode: Callable[[Any], bytes], encode_error: Callable[[str], bytes], trailer: bytes,
                         lane: Lane | None, ends: Callable[[Any], bool] | None) -> web.StreamResponse:
     async with _Closing(events):
-        has_first, first = await _first(events)
-        resp = _StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache",
-                                                    "X-Accel-Buffering": "no"})
-        await resp.prepare(request)
+        resp: web.StreamResponse = _StreamResponse(
+            status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        if lane is not None:
+            lane.offer(request, resp)  # prepared early, while the runner computes, and its first token sent by it
+        failed: Exception | None = None
         try:
+            has_first, first = await _first(events)
+        except Exception as e:
+            if lane is None or not lane.wrote:  # nothing sent: the error gets its own status
+                if lane is not None:
+                    await lane.settled()
+                    lane.withdraw(request)
+                raise
+            has_first, first, failed = False, None, e  # the lane's tokens are out: the error ends the body
+        if lane is not None:
+            await lane.settled()
+        if not resp.prepared:
+            await resp.prepare(request)
+        try:
+            if failed is not None:
+                raise failed
             ended = False
             if has_first:
                 data = encode(first)

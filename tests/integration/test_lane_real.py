@@ -45,7 +45,7 @@ async def test_most_tokens_of_a_native_stream_take_the_lane_unparsed(client: Any
     assert final["done"] is True and final["eval_count"] >= 32, final
     unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
     chunks = sum(1 for line in lines[:-1] if line["message"]["content"])
-    # Every text chunk but the first (written with the headers) and whatever a slow moment sent the ordinary way.
+    # Every text chunk (the first too, with the headers) but whatever a slow moment sent the ordinary way.
     assert unparsed + parsed >= 0.8 * chunks, (unparsed, parsed, chunks)
     assert unparsed >= 0.5 * chunks, f"only {unparsed} of {chunks} tokens matched runner/sse.py _PLAIN"
 
