@@ -28,8 +28,9 @@ call in `<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>` as `NAME<｜to
 its JSON in a fence, then `<｜tool▁calls▁end｜>`. Or LFM2's and OLMo 3's (Ollama's lfm2 and olmo3 parsers):
 Python-style calls between `<|tool_call_start|>` and `<|tool_call_end|>` (`[NAME(key=value, ...), ...]`) or
 `<function_calls>` and `</function_calls>` (one a line), read with Python's parser and never run (keyword
-arguments of literal values only). Both are held whole up to their closing tag: calls if every call in
-them reads as one of a declared tool, else text.
+arguments of literal values only). Or FunctionGemma's (Ollama's functiongemma parser): `<start_function_call>`,
+`call:NAME{key:VALUE,...}` with a string between `<escape>` tokens, then `<end_function_call>`. Each is held whole
+up to its closing tag: calls if every call in it reads as one of a declared tool, else text.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ LFM2_TAG = "<|tool_call_start|>"  # LFM2: Python-style calls, `[NAME(key=value, 
 OLMO_TAG = "<function_calls>"  # OLMo 3: Python-style calls, one a line
 _PYTHONIC_ENDS = {LFM2_TAG: "<|tool_call_end|>", OLMO_TAG: "</function_calls>"}
 DEEPSEEK_TAG = "<｜tool▁calls▁begin｜>"
+FUNCTIONGEMMA_TAG = "<start_function_call>"  # FunctionGemma: `call:NAME{key:<escape>text<escape>,key:1}`
+_FUNCTIONGEMMA_END, _ESCAPE = "<end_function_call>", "<escape>"
+_FUNCTIONGEMMA_CALL = re.compile(r"call:([^{]+)\{(.*)\}")
 _DEEPSEEK_END = "<｜tool▁calls▁end｜>"
 _DEEPSEEK_CALL, _DEEPSEEK_CALL_END, _DEEPSEEK_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 _MISTRAL_ARGS, _MISTRAL_ID = "[ARGS]", "[CALL_ID]"
@@ -113,14 +117,16 @@ def _infer_tool_tag(template: str | None) -> str:
 def gguf_tool_tag(chat_template: str | None) -> str:
     """The tag for a model whose GGUF chat template renders its prompts (Jinja, not rendered here to find it): the
     first of the known tags the template writes (Mistral's, DeepSeek's, LFM2's, Granite 3's `<|tool_call|>`,
-    Nemotron Nano 2's `<TOOLCALL>`, Apriel's `<tool_calls>`, OLMo 3's `<function_calls>`), else DEFAULT_TAG."""
+    Nemotron Nano 2's `<TOOLCALL>`, Apriel's `<tool_calls>`, OLMo 3's `<function_calls>`, FunctionGemma's
+    `<start_function_call>`), else DEFAULT_TAG."""
     for tag in _GGUF_TAGS:
         if chat_template and tag in chat_template:
             return tag
     return DEFAULT_TAG
 
 
-_GGUF_TAGS = (MISTRAL_TAG, DEEPSEEK_TAG, LFM2_TAG, OLMO_TAG, "<|tool_call|>", "<TOOLCALL>", "<tool_calls>")
+_GGUF_TAGS = (MISTRAL_TAG, DEEPSEEK_TAG, LFM2_TAG, OLMO_TAG, FUNCTIONGEMMA_TAG, "<|tool_call|>", "<TOOLCALL>",
+              "<tool_calls>")
 _TAGS: Memo[str | None, str] = Memo(_infer_tool_tag, 64)  # infer_tool_tag's answers by template
 
 
@@ -205,7 +211,8 @@ class ToolCallParser:
         if tag.startswith(DEEPSEEK_TAG):  # a Go template's tag runs on into the first call's own markers
             tag = DEEPSEEK_TAG
         self.tag = "" if tag in ("{", "[") else tag  # JSON tags: a call only where the JSON starts the answer
-        self.closing = {DEEPSEEK_TAG: _DEEPSEEK_END, **_PYTHONIC_ENDS}.get(tag) or _closing(self.tag)
+        self.closing = {DEEPSEEK_TAG: _DEEPSEEK_END, FUNCTIONGEMMA_TAG: _FUNCTIONGEMMA_END,
+                        **_PYTHONIC_ENDS}.get(tag) or _closing(self.tag)
         self._state = _State.TEXT
         self._at_start = True  # nothing but whitespace since the start or the last call
         self._held = ""
@@ -228,6 +235,8 @@ class ToolCallParser:
             found += [_MISTRAL_ARGS, _MISTRAL_ID]
         elif self.tag == DEEPSEEK_TAG:
             found += [_DEEPSEEK_CALL, _DEEPSEEK_CALL_END, _DEEPSEEK_SEP]
+        elif self.tag == FUNCTIONGEMMA_TAG:
+            found.append(_ESCAPE)
         elif self.tag == DEFAULT_TAG:
             found += _GLM_TAGS
         return list(dict.fromkeys(m for m in found if m))
@@ -310,8 +319,9 @@ class ToolCallParser:
             return self._closed_call(buf, out, calls)
         if self._scan.pos == 0:  # the value has not started: skip whitespace and a ```json fence
             body = buf.lstrip()
-            if self._opening and (self.tag == DEEPSEEK_TAG or self.tag in _PYTHONIC_ENDS):  # held to the closing tag
-                self._form = "deepseek" if self.tag == DEEPSEEK_TAG else "pythonic"
+            if self._opening and (self.tag in (DEEPSEEK_TAG, FUNCTIONGEMMA_TAG) or self.tag in _PYTHONIC_ENDS):
+                # held to the closing tag
+                self._form = {DEEPSEEK_TAG: "deepseek", FUNCTIONGEMMA_TAG: "functiongemma"}.get(self.tag, "pythonic")
                 return self._closed_call(buf, out, calls)
             if self._opening and body and body[0] == "<":  # after the tag: perhaps <function=... (XML)
                 if body.startswith(_XML_FUNCTION):
@@ -372,6 +382,8 @@ class ToolCallParser:
             return self._deepseek_block(buf, out, calls)
         if self._form == "pythonic":
             return self._pythonic_block(buf, out, calls)
+        if self._form == "functiongemma":
+            return self._functiongemma_call(buf, out, calls)
         xml = self._form == "xml"
         if not xml and not self._may_name(buf):  # the name went on into no tool's: the tag was text
             self._form = "json"
@@ -463,6 +475,22 @@ class ToolCallParser:
         for call in found:
             self._made(call, calls, "")  # type: ignore[arg-type]  # none is None
         return buf[end + len(self.closing):]
+
+    def _functiongemma_call(self, buf: str, out: list[str], calls: list[ToolCall]) -> str:
+        """`buf`: FunctionGemma's call after the tag, held until `<end_function_call>`: `call:NAME{ARGUMENTS}` of a
+        declared tool (Ollama's functiongemma parser), else the block is text."""
+        end = buf.find(self.closing)
+        if end < 0:
+            self._held = buf
+            return ""
+        match = _FUNCTIONGEMMA_CALL.search(buf[:end])
+        name = match.group(1).strip() if match else ""
+        if match is None or name not in self.names:
+            self._form = "json"
+            return self._not_a_call(buf, out, end + len(self.closing))
+        call: ToolCall = {"id": f"call_{uuid.uuid4().hex[:8]}",
+                          "function": {"index": 0, "name": name, "arguments": functiongemma_arguments(match.group(2))}}
+        return self._made(call, calls, buf[end + len(self.closing):])
 
     def _deepseek_calls(self, block: str, closed: bool = True) -> list[ToolCall]:
         """Each `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>` (DeepSeek V3.1 and later) or
@@ -567,6 +595,68 @@ class ToolCallParser:
         if not isinstance(name, str) or name not in self.names or not isinstance(args, dict):
             return None
         return {"id": f"call_{uuid.uuid4().hex[:8]}", "function": {"index": 0, "name": name, "arguments": args}}
+
+
+def functiongemma_arguments(text: str) -> dict[str, Any]:
+    """FunctionGemma's `key:VALUE,...` as Ollama's functiongemma parser reads it: split at commas outside brackets
+    and `<escape>` strings; each key up to its first colon; a value `<escape>text<escape>` is the text, `true` and
+    `false` booleans, a number a number, `[...]` a list and `{...}` an object of such values, anything else the
+    text as written."""
+    args: dict[str, Any] = {}
+    for part in _functiongemma_parts(text):
+        key, colon, value = part.partition(":")
+        if colon:
+            args[key] = _functiongemma_value(value)
+    return args
+
+
+def _functiongemma_parts(text: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth, in_escape, i = 0, False, 0
+    while i < len(text):
+        if text.startswith(_ESCAPE, i):
+            in_escape = not in_escape
+            current.append(_ESCAPE)
+            i += len(_ESCAPE)
+            continue
+        ch = text[i]
+        i += 1
+        if not in_escape:
+            if ch in "{[":
+                depth += 1
+            elif ch in "}]":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                if current:
+                    parts.append("".join(current))
+                    current = []
+                continue
+        current.append(ch)
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _functiongemma_value(value: str) -> Any:
+    if value.startswith(_ESCAPE) and value.endswith(_ESCAPE) and len(value) >= 2 * len(_ESCAPE):
+        return value[len(_ESCAPE):len(value) - len(_ESCAPE)]
+    if value in ("true", "false"):
+        return value == "true"
+    if _INTEGER.fullmatch(value):
+        return int(value)
+    if _FLOAT.fullmatch(value):
+        return float(value)
+    if value.startswith("[") and value.endswith("]"):
+        return [_functiongemma_value(part) for part in _functiongemma_parts(value[1:-1])]
+    if value.startswith("{") and value.endswith("}"):
+        return {key: _functiongemma_value(v) for key, colon, v in
+                (part.partition(":") for part in _functiongemma_parts(value[1:-1])) if colon}
+    return value
 
 
 def pythonic_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:

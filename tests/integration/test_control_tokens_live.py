@@ -32,6 +32,15 @@ MISTRAL_TEMPLATE = ("{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILA
 GLM_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{% if m.reasoning_content %}<think>{{ m.reasoning_content }}"
                 "</think>{% endif %}{{ m.content }}{% endfor %}{% if tools %}<|tools|>{{ tools | tojson }}{% endif %}"
                 "<|assistant|>")
+# the shape of FunctionGemma's template: tools declared in the developer turn, past calls in its call markers
+FUNCTIONGEMMA_TEMPLATE = (
+    "{% if tools %}<start_of_turn>developer\n{% for t in tools %}<start_function_declaration>declaration:"
+    "{{ t['function']['name'] }}{description:<escape>{{ t['function']['description'] }}<escape>}"
+    "<end_function_declaration>{% endfor %}<end_of_turn>\n{% endif %}"
+    "{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{{ m['content'] }}{% for c in m.tool_calls or [] %}<start_function_call>call:{{ c['function']['name'] }}{}"
+    "<end_function_call>{% endfor %}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 
 def chat(url: str, model: str, **req) -> dict:
@@ -147,6 +156,19 @@ def test_lfm2s_python_style_calls(live_server, tmp_path) -> None:
                   control=("<|tool_call_start|>", "<|tool_call_end|>")) as model:
         message = chat(live_server.url, model, think=False)
         assert (message["content"], calls_of(message)) == ("", [("get_weather", {"city": "Paris", "days": 2})])
+
+
+def test_functiongemmas_call_in_control_tokens(live_server, tmp_path) -> None:
+    """FunctionGemma: `<start_function_call>call:NAME{key:VALUE}<end_function_call>`, its markers control tokens
+    llama-server prints only when the request names them. (A string between two `<escape>` tokens is read by the
+    unit tests: this one-block model cannot say a token twice.)"""
+    script = ["Checking.", "<start_function_call>", "call:get_weather{days:2,metric:true}", "<end_function_call>"]
+    with scripted(live_server, tmp_path, "scripted-functiongemma", script, template=FUNCTIONGEMMA_TEMPLATE,
+                  control=("<start_function_call>", "<end_function_call>", "<escape>")) as model:
+        assert "tools" in capabilities(live_server.url, model)
+        message = chat(live_server.url, model)
+        # before: "Checking.call:get_weather{days:2,metric:true}" as content
+        assert (message["content"], calls_of(message)) == ("Checking.", [("get_weather", {"days": 2, "metric": True})])
 
 
 def test_a_format_lets_a_thinking_model_think_first(live_server, tmp_path) -> None:
