@@ -80,6 +80,7 @@ class SSEStream(asyncio.Protocol):
         self._sink: Callable[[dict[str, Any]], bool] | None = None
         self._plain_sink: Callable[[bytes, bytes], bool] | None = None
         self._boundary = False  # a 200 chunked body, between chunks, nothing held back: where plain events may start
+        self.queued = 0  # events queued for the consumer so far (not taken by a diverted sink)
         self.spare = False  # opened ahead of its request (Spare)
 
     # -- the protocol side -------------------------------------------------------------------------------
@@ -264,6 +265,7 @@ class SSEStream(asyncio.Protocol):
                         continue
                     self._sink = self._plain_sink = None  # it declined: this and all after go to the consumer
                 self._events.append(event)
+                self.queued += 1
                 if event.get("stop") is True:
                     self._finished = True
                     return

@@ -77,7 +77,9 @@ class Lane:
     3. once the runner has the request (the tap is connected), while the runner computes the first token, the
        lane prepares the response (aiohttp makes the status line and headers and holds them back: nothing is
        sent), `bind`s itself to it (only a chunked, uncompressed body, whose framing the lane writes as aiohttp
-       would) and `divert`s the stream: its events go to the lane's sinks instead of the queue;
+       would) and `divert`s the stream: its events go to the lane's sinks instead of the queue (unless an event
+       went to the queue before: a busy loop may run this after a fast runner's first token, which the handler
+       then writes first, and diverts after it);
     4. in the protocol callback, `_take_unparsed` gets a plain token as llama-server's own bytes (runner/sse.py
        _PLAIN: one match, the event's fields in llama-server's order, nothing escaped) and writes them as they
        are, the held-back headers with the first; any other event is parsed and offered to `_take_event`, which
@@ -148,7 +150,9 @@ class Lane:
             log.debug("the early response was not prepared: %s", e)
             return
         self.bind(request, resp)
-        self.divert()
+        stream = self.tap.stream
+        if stream is not None and stream.queued == 0:  # else an event went to the handler first: it writes it first
+            self.divert()
 
     async def settled(self) -> None:
         """The early preparation, if it started, is over (stream_response waits for it before it writes)."""

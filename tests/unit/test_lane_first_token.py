@@ -9,12 +9,13 @@ import asyncio
 import json
 import os
 import signal
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from ollama_py.server.appkeys import SCHEDULER
-from ollama_py.server.streaming import Lane
+from ollama_py.server.streaming import Lane, ndjson_line
 
 ASK = [{"role": "user", "content": "hi"}]
 
@@ -77,3 +78,39 @@ async def test_a_runner_gone_after_the_lanes_tokens_ends_the_body_with_its_error
     lines = [json.loads(x) for x in (await r.text()).splitlines()]
     assert all(x["message"]["content"] for x in lines[:3])
     assert len(lines) == 4 and lines[-1]["error"].startswith("llama runner process has terminated")
+
+
+@pytest.mark.parametrize(("queued", "diverted"), [(0, True), (1, False)])
+async def test_the_lane_takes_the_stream_early_only_while_the_handler_has_had_no_event(queued: int,
+                                                                                       diverted: bool) -> None:
+    """Prepared early, the lane diverts the stream only if no event went to the handler before it: such an event is
+    the handler's to write first, and the lane's chunks would otherwise overtake it (a busy loop may run the early
+    preparation after a fast runner's first token)."""
+    class Transport:
+        sent: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.sent.append(data)
+
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+        def is_closing(self) -> bool:
+            return False
+
+    headers_sent: list[bool] = []
+    request = SimpleNamespace(transport=Transport(), writer=SimpleNamespace(
+        output_size=0, send_headers=lambda: headers_sent.append(True)))
+    resp = SimpleNamespace(prepared=True, headers={"Transfer-Encoding": "chunked"}, compression=False)
+    sinks: list[Any] = []
+    stream = SimpleNamespace(queued=queued, divert=lambda *taken: sinks.append(taken))
+    lane = Lane(lambda text, _at: ndjson_line({"response": text}))
+    lane.offer(request, resp)  # type: ignore[arg-type]
+    firsts: list[bool] = []
+    lane.collect([], None, lambda: firsts.append(True))
+    lane.tap.connected(stream)  # type: ignore[arg-type]
+    await lane.settled()
+    assert bool(sinks) is diverted and lane.ready()  # bound either way: the handler's response is the lane's
+    if diverted:
+        assert sinks[0][1](b"Hi", b"") is True  # a plain token through the lane: the held-back headers first
+        assert headers_sent == [True] and firsts == [True] and len(request.transport.sent) == 1
