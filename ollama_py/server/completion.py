@@ -286,12 +286,13 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
         out, split = prepared[0]
         forced = req.forced
         lane = req.lane if split is None and req.logprobs is None and not req.progress and forced is None else None
-        ids_ahead = [req.want_context]  # once the first token is out (a prompt of ids needs none)
+        ids_ahead = req.want_context  # once the first token is out (a prompt of ids needs none)
 
         def first_out() -> None:  # the first token is on its way to the client
+            nonlocal ids_ahead
             stats.first_output()
-            if ids_ahead[0]:
-                ids_ahead[0] = False
+            if ids_ahead:
+                ids_ahead = False
                 if not _all_ids(out.prompt):
                     out.prompt_ids = _PromptIds.start(loaded, req, out.prompt)
 
@@ -301,7 +302,7 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
             async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
                 if forced is None or delta.progress is not None:  # a forced call's JSON goes out as the call
                     yield delta
-                if ids_ahead[0]:
+                if ids_ahead:
                     first_out()
             if forced is not None and (answer := _forced_answer(forced, out)) is not None:
                 yield answer

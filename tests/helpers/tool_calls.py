@@ -57,3 +57,8 @@ def parse_streamed(tools: Sequence[Mapping[str, Any]], tag: str, text: str, cuts
         at += n
     piece, found = parser.finish()
     return "".join([*out, piece]), [*calls, *found]
+
+
+def calls_of(calls: list[Any]) -> list[tuple[int, str, Any]]:
+    """Calls as (index, name, arguments), to compare."""
+    return [(c["function"]["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ollama_py.template.tool_calls import DEEPSEEK_TAG, ToolCallParser, gguf_tool_tag, infer_tool_tag
 from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.app import create_tiny_model
-from tests.helpers.tool_calls import parse_streamed
+from tests.helpers.tool_calls import calls_of, parse_streamed
 
 BEGIN, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -27,10 +27,6 @@ R1 = f'{BEGIN}{CALL}function{SEP}get_weather\n```json\n{{"city": "Paris"}}\n```{
 
 def run(text: str, cuts: list[int] | None = None) -> tuple[str, list[Any]]:
     return parse_streamed(TOOLS, DEEPSEEK_TAG, text, cuts or ())
-
-
-def calls_of(calls: list[Any]) -> list[tuple[int, str, Any]]:
-    return [(c["function"]["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls]
 
 
 @pytest.mark.parametrize(("text", "content", "calls"), [

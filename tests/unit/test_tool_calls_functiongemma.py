@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ollama_py.template.tool_calls import FUNCTIONGEMMA_TAG, ToolCallParser, functiongemma_arguments, gguf_tool_tag
-from tests.helpers.tool_calls import parse_streamed
+from tests.helpers.tool_calls import calls_of, parse_streamed
 
 END = "<end_function_call>"
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
@@ -21,10 +21,6 @@ WEATHER = f"{FUNCTIONGEMMA_TAG}call:get_weather{{city:<escape>Paris, France<esca
 
 def run(text: str, cuts: list[int] | None = None) -> tuple[str, list[Any]]:
     return parse_streamed(TOOLS, FUNCTIONGEMMA_TAG, text, cuts or ())
-
-
-def calls_of(calls: list[Any]) -> list[tuple[int, str, Any]]:
-    return [(c["function"]["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls]
 
 
 @pytest.mark.parametrize(("text", "content", "calls"), [

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ollama_py.template.tool_calls import LFM2_TAG, ToolCallParser, gguf_tool_tag, pythonic_calls
-from tests.helpers.tool_calls import parse_streamed
+from tests.helpers.tool_calls import calls_of, parse_streamed
 
 END = "<|tool_call_end|>"
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
@@ -22,10 +22,6 @@ TWO = f"{LFM2_TAG}[get_weather(city='Paris', days=2, metric=true, note=None), no
 
 def run(text: str, cuts: list[int] | None = None, tag: str = LFM2_TAG) -> tuple[str, list[Any]]:
     return parse_streamed(TOOLS, tag, text, cuts or ())
-
-
-def calls_of(calls: list[Any]) -> list[tuple[int, str, Any]]:
-    return [(c["function"]["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls]
 
 
 @pytest.mark.parametrize(("text", "content", "calls"), [
