@@ -262,6 +262,9 @@ class SSEStream(asyncio.Protocol):
                     raise RunnerError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
                 if self._sink is not None:
                     if self._sink(event):
+                        if event.get("stop") is True:  # the sink took the last event: the stream is over
+                            self._finished = True
+                            return
                         continue
                     self._sink = self._plain_sink = None  # it declined: this and all after go to the consumer
                 self._events.append(event)
@@ -294,7 +297,8 @@ class SSEStream(asyncio.Protocol):
                plain: Callable[[bytes, bytes], bool] | None = None) -> None:
         """Hand each event from now on to `sink` as it is parsed, in the protocol callback, instead of queueing
         it for the consumer: the consumer is not woken per event. The first event the sink declines (returns
-        False for) and everything after it are queued as usual, and the sink is dropped.
+        False for) and everything after it are queued as usual, and the sink is dropped. A stop event the sink
+        takes ends the stream: the consumer finds it over, with no last event of its own.
 
         `plain`, if given, gets the plain token events first, unparsed: `plain(content, token_ids)` with the
         content as the bytes between the JSON quotes (nothing in them escaped) and the ids as the bytes between

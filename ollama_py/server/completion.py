@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest, ContextExceeded, RunnerError
@@ -296,8 +296,16 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
                 if not _all_ids(out.prompt):
                     out.prompt_ids = _PromptIds.start(loaded, req, out.prompt)
 
+        def stop_now(event: dict[str, Any]) -> Final | None:  # the lane's stop event (Lane, step 5)
+            context = _context_now(req, out)
+            if context is False:  # the prompt's ids are not in yet: the ordinary way waits for them
+                return None
+            out.last_event = event
+            hold.release()  # llama-server is done with the slot: the next queued request may go
+            return _final_of(req, out, load_ns, context)
+
         if lane is not None:
-            lane.collect(out.text, out.tokens if req.want_context else None, first_out)
+            lane.collect(out.text, out.tokens if req.want_context else None, first_out, stop_now)
         try:
             async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
                 if forced is None or delta.progress is not None:  # a forced call's JSON goes out as the call
@@ -306,7 +314,10 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
                     first_out()
             if forced is not None and (answer := _forced_answer(forced, out)) is not None:
                 yield answer
-            final = await _final(req, loaded, out, load_ns)
+            if lane is not None and lane.final is not None:  # the lane ended the body with it (Lane, step 5)
+                final = lane.final
+            else:
+                final = await _final(req, loaded, out, load_ns)
         finally:
             if out.prompt_ids is not None:
                 out.prompt_ids.drop()  # a completion that failed, or a client gone
@@ -643,10 +654,28 @@ def _forced_answer(forced: ForcedCall, out: _Collected) -> Delta | None:
     return Delta("", tool_calls=[call])
 
 
+def _context_now(req: CompletionRequest, out: _Collected) -> list[int] | None | Literal[False]:
+    """/api/generate's context where it can be made at once (None: not asked for); False where it cannot: the
+    prompt's ids are not in yet (or failed), or there are so many that they are joined off the loop (_final)."""
+    if not req.want_context:
+        return None
+    prompt = out.prompt
+    if _all_ids(prompt):
+        ids: list[int] = prompt  # type: ignore[assignment]
+    else:
+        task = out.prompt_ids.task if out.prompt_ids is not None and out.prompt_ids.prompt is prompt else None
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return False
+        ids = [*(req.context or []), *task.result()]
+    if len(ids) > 100_000:
+        return False
+    if out.prompt_ids is not None:
+        out.prompt_ids = None  # taken
+    return [*ids, *out.tokens]
+
+
 async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_ns: int) -> Final:
     """The Final: the runner's counts and timings, the whole text, and /api/generate's context if asked for."""
-    last = out.last_event
-    timings = last.get("timings", {})
     prompt = out.prompt
     context = None
     if req.want_context and _all_ids(prompt):
@@ -661,6 +690,13 @@ async def _final(req: CompletionRequest, loaded: Loaded, out: _Collected, load_n
             await release([prompt_tokens])  # copied into context: emptied off the loop, not freed on it
         else:
             context = [*(req.context or []), *prompt_tokens, *out.tokens]
+    return _final_of(req, out, load_ns, context)
+
+
+def _final_of(req: CompletionRequest, out: _Collected, load_ns: int, context: list[int] | None) -> Final:
+    """The Final from what was collected (the runner's stop event in `out.last_event`) and the context made."""
+    last = out.last_event
+    timings = last.get("timings", {})
     text = out.whole_text()
     fitted = out.fitted
     return Final(

@@ -280,8 +280,16 @@ async def generate(request: web.Request) -> web.StreamResponse:
             out["logprobs"] = logprobs.entries(probs, top or 0)
         return out
 
+    def last(final: Final) -> tuple[GenerateResponse]:
+        out: GenerateResponse = {"model": raw_name, "created_at": now_rfc3339(), "response": "", "done": True,
+                                 "done_reason": final.done_reason}
+        if final.context is not None:
+            out["context"] = final.context
+        out.update(_metrics(final))
+        return (out,)
+
     if _streaming(body) and top is None:  # log-probabilities take the ordinary path
-        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
+        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)), last)
 
     async def events() -> AsyncIterator[GenerateResponse]:
         async for ev in run_completion(request.app[SCHEDULER], req):
@@ -291,12 +299,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
                     piece["prompt_progress"] = _progress_entry(ev.progress)
                 yield piece
             else:
-                out: GenerateResponse = {"model": raw_name, "created_at": now_rfc3339(), "response": "",
-                                         "done": True, "done_reason": ev.done_reason}
-                if ev.context is not None:
-                    out["context"] = ev.context
-                out.update(_metrics(ev))
-                yield out
+                for out in last(ev):
+                    yield out
 
     return await _reply(request, body, events(), req.lane)
 
@@ -422,8 +426,12 @@ async def chat(request: web.Request) -> web.StreamResponse:
             out["logprobs"] = logprobs.entries(probs, top or 0)
         return out
 
+    def last(final: Final) -> tuple[ChatResponse]:
+        return ({"model": raw_name, "created_at": now_rfc3339(), "message": {"role": "assistant", "content": ""},
+                 "done": True, "done_reason": final.done_reason, **_metrics(final)},)
+
     if _streaming(body) and not tools and top is None:  # log-probabilities take the ordinary path
-        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)))
+        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)), last)
 
     async def events() -> AsyncIterator[ChatResponse]:
         async for ev in run_completion(request.app[SCHEDULER], req):
@@ -436,8 +444,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                     out["prompt_progress"] = _progress_entry(ev.progress)
                 yield out
             else:
-                yield {"model": raw_name, "created_at": now_rfc3339(), "message": {"role": "assistant", "content": ""},
-                       "done": True, "done_reason": ev.done_reason, **_metrics(ev)}
+                for out in last(ev):
+                    yield out
 
     return await _reply(request, body, events(), req.lane)
 

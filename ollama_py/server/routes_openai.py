@@ -63,8 +63,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = await _chat_request(request, body, names, params, started, params.top_logprobs)
     meta = oai.new_meta("chatcmpl", raw_name)
     top = params.top_logprobs
+
+    def last(final: Final) -> list[dict[str, Any]]:  # a Final's chunks: the lane's end, or the generator's
+        out = [oai.chat_chunk(meta, {"content": ""}, oai.finish_reason(final))]
+        if params.include_usage:
+            out.append(oai.usage_chunk(meta, final))
+        return out
+
     if params.stream and not params.tools and top is None:
-        req.lane = Lane(lambda text, _at: sse_event(oai.chat_chunk(meta, {"content": text})))
+        req.lane = Lane(lambda text, _at: sse_event(oai.chat_chunk(meta, {"content": text})), last)
     events = run_completion(request.app[SCHEDULER], req)
 
     if not params.stream:
@@ -85,10 +92,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                         delta["tool_calls"] = oai.tool_calls(ev.tool_calls)
                     yield oai.chat_chunk(meta, delta, None, probs)
                     continue
-                final: Final = ev
-                yield oai.chat_chunk(meta, {"content": ""}, oai.finish_reason(final))
-                if params.include_usage:
-                    yield oai.usage_chunk(meta, final)
+                for out in last(ev):
+                    yield out
 
     return await sse(request, chunks(), lane=req.lane, ends=oai.last_chunk(params.include_usage))
 

@@ -84,9 +84,17 @@ class Lane:
        _PLAIN: one match, the event's fields in llama-server's order, nothing escaped) and writes them as they
        are, the held-back headers with the first; any other event is parsed and offered to `_take_event`, which
        writes its text escaped;
-    5. the first event a sink declines (a stop, log-probabilities, a client gone or more than _LANE_BUFFER
-       behind) goes the ordinary way, and so does everything after it: the Final and the end of the body, written
-       by stream_response on the same response (the headers with them if the lane sent none).
+    5. the runner's stop event ends the body from the callback too, when the route gave the lane its last
+       events (`end(final)`, the same the route's own generator yields for a Final) and run_completion can make
+       the Final at once (`on_stop(event)`, given to `collect`; None when it must wait for something, as for
+       /api/generate's context before its prompt's ids are in): the last chunk and the end of the body leave in
+       one write (`ended`), and stream_response, when the Final reaches it through the generators, only closes
+       the response. aiohttp's writer is told the body is over (its `set_eof`, with its chunked framing
+       reset, as the lane wrote the last chunk itself);
+    6. the first event a sink declines (a stop it cannot end the body with, log-probabilities, a client gone or
+       more than _LANE_BUFFER behind) goes the ordinary way, and so does everything after it: the Final and the
+       end of the body, written by stream_response on the same response (the headers with them if the lane sent
+       none).
     An error before the lane wrote anything takes the prepared response back (`withdraw`: nothing was sent), so
     the error still gets its own status; after, it is the body's last line, as any error mid-stream. Where the
     response cannot be prepared early (not offered, or an older aiohttp), the first chunk goes the ordinary way
@@ -96,14 +104,17 @@ class Lane:
     so the Final is the same whichever way a token went.
 
     `unparsed` and `parsed` count the tokens each sink wrote; `Lane.totals` sums them over the process when the
-    response ends. The real-runner test asserts most tokens of a plain stream are `unparsed`: a llama-server
-    whose events no longer match _PLAIN would otherwise only be slower, silently.
+    response ends, and counts the bodies the lane ended (`ended`). The real-runner test asserts most tokens of a
+    plain stream are `unparsed` and its body `ended`: a llama-server whose events no longer match _PLAIN, or whose
+    stop event carries its text, would otherwise only be slower, silently.
     """
 
     totals: ClassVar[collections.Counter[str]] = collections.Counter()
 
-    def __init__(self, render: Callable[[str, str], bytes]) -> None:
+    def __init__(self, render: Callable[[str, str], bytes],
+                 end: Callable[[Final], Iterable[Any]] | None = None) -> None:
         self._render = render
+        self._end = end  # a Final -> the route's last events (None: the ordinary way writes them)
         self.tap = Tap(self._connected)
         self._transport: asyncio.Transport | None = None  # (uvloop's is no subclass: typed, never isinstance)
         self.put: Callable[[bytes], bool] = _refuse  # a text's JSON string body (escaped, UTF-8) -> written?
@@ -111,6 +122,11 @@ class Lane:
         self._text: list[str | bytes] = []
         self._tokens: list[int] | None = None
         self._on_first: Callable[[], None] | None = None
+        self._on_stop: Callable[[dict[str, Any]], Final | None] | None = None
+        self._encode: Callable[[Any], bytes] | None = None  # stream_response's encoder and trailer
+        self._trailer = b""
+        self._writer: AbstractStreamWriter | None = None
+        self.final: Final | None = None  # the Final the lane ended the body with (`ended`)
         self._request: web.Request | None = None
         self.response: web.StreamResponse | None = None  # offered by stream_response, prepared early or by it
         self._early: asyncio.Task[None] | None = None
@@ -118,15 +134,24 @@ class Lane:
         self.unparsed = 0
         self.parsed = 0
 
-    def offer(self, request: web.Request, resp: web.StreamResponse) -> None:
-        """Step 2 (stream_response): the response, to prepare once the runner has the request."""
+    def offer(self, request: web.Request, resp: web.StreamResponse, encode: Callable[[Any], bytes] | None = None,
+              trailer: bytes = b"") -> None:
+        """Step 2 (stream_response): the response, to prepare once the runner has the request; how its events
+        are encoded and what follows the last (for step 5)."""
+        self._encode, self._trailer = encode, trailer
         if getattr(request.writer, "send_headers", None) is not None:  # aiohttp >= 3.12 holds headers back
             self._request, self.response = request, resp
 
-    def collect(self, text: list[str | bytes], tokens: list[int] | None, on_first: Callable[[], None]) -> None:
-        """Step 2 (run_completion): where the text and token ids go (None: ids not wanted), and what to do when
-        the lane writes the first token."""
-        self._text, self._tokens, self._on_first = text, tokens, on_first
+    def collect(self, text: list[str | bytes], tokens: list[int] | None, on_first: Callable[[], None],
+                on_stop: Callable[[dict[str, Any]], Final | None] | None = None) -> None:
+        """Step 2 (run_completion): where the text and token ids go (None: ids not wanted), what to do when
+        the lane writes the first token, and the Final for the runner's stop event (step 5)."""
+        self._text, self._tokens, self._on_first, self._on_stop = text, tokens, on_first, on_stop
+
+    @property
+    def ended(self) -> bool:
+        """The lane wrote the last chunk and the end of the body (step 5)."""
+        return self.final is not None
 
     def _connected(self, stream: SSEStream) -> None:
         """The tap's stream has the runner's request (again, after a retry on a new connection)."""
@@ -175,6 +200,7 @@ class Lane:
             return
         if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression and request.transport:
             self._transport = request.transport
+            self._writer = request.writer
             put = _putter(self._render, request.transport, request.writer)
             send_headers = getattr(request.writer, "send_headers", None)
 
@@ -219,9 +245,12 @@ class Lane:
         return True
 
     def _take_event(self, event: dict[str, Any]) -> bool:
-        """A parsed event: a plain token's text is written; anything else is declined."""
-        if event.get("stop") or event.get("completion_probabilities"):
+        """A parsed event: a plain token's text is written, and a stop event ends the body where it can (step
+        5); anything else is declined."""
+        if event.get("completion_probabilities"):
             return False
+        if event.get("stop"):
+            return self._finish(event)
         content = event.get("content")
         if content:
             if not self.write(content):
@@ -232,12 +261,40 @@ class Lane:
             self._tokens.extend(event["tokens"])
         return True
 
+    def _finish(self, event: dict[str, Any]) -> bool:
+        """Step 5: the route's last events for the Final of this stop event and the end of the body, in one
+        write; False (nothing written) where the ordinary way must do it (what on_stop noted of the event it notes
+        again: the slot given back, the event kept)."""
+        writer, transport, encode, end, on_stop = self._writer, self._transport, self._encode, self._end, \
+            self._on_stop
+        if (not self.wrote or writer is None or transport is None or encode is None or end is None
+                or on_stop is None or event.get("content") or not self.ready() or not hasattr(writer, "chunked")
+                or (set_eof := getattr(writer, "set_eof", None)) is None):
+            return False
+        try:
+            final = on_stop(event)
+            if final is None:
+                return False
+            data = b"".join(map(encode, end(final))) + self._trailer
+        except Exception:  # the ordinary way makes it again, and reports what went wrong
+            log.debug("the lane did not end the body", exc_info=True)
+            return False
+        frame = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+        writer.output_size += len(frame)  # the access log's byte count
+        transport.write(frame)
+        if hasattr(writer, "chunked"):
+            writer.chunked = False  # the lane wrote the end of the chunked body: the writer adds nothing to it
+        set_eof()
+        self.final = final
+        return True
+
     def close(self) -> None:
         """The response is over: this stream's counts join the process's."""
         if self._early is not None and not self._early.done():
             self._early.cancel()
         Lane.totals["unparsed"] += self.unparsed
         Lane.totals["parsed"] += self.parsed
+        Lane.totals["ended"] += self.final is not None
 
 
 def _refuse(raw: bytes) -> bool:
@@ -332,7 +389,8 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
         resp: web.StreamResponse = _StreamResponse(
             status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         if lane is not None:
-            lane.offer(request, resp)  # prepared early, while the runner computes, and its first token sent by it
+            # prepared early, while the runner computes; its first token sent by it, and perhaps its end
+            lane.offer(request, resp, encode, trailer)
         failed: Exception | None = None
         try:
             has_first, first = await _first(events)
@@ -351,6 +409,10 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
             if failed is not None:
                 raise failed
             ended = False
+            if lane is not None and lane.ended:  # the lane wrote the last events and the end: none is written
+                await _skip_to_last(request, events, first, ends)
+                await resp.write_eof()
+                return resp
             if has_first:
                 data = encode(first)
                 if ends is not None and ends(first):
@@ -360,7 +422,7 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
                     await resp.write(data)
                     if lane is not None:
                         lane.bind(request, resp)
-                    ended = await _pump(events, resp, encode, ends, trailer)
+                    ended = await _pump(events, resp, encode, ends, trailer, lane)
             if ended:
                 await _after_last(request, events)
             else:
@@ -368,7 +430,7 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
             return resp
         except OllamaError as e:
             log.warning("%s %s failed mid-stream: %s", request.method, request.path, e)
-            await _write_error(resp, encode_error(str(e)))
+            await _write_error(resp, encode_error(str(e)), lane)
         except (ConnectionResetError, ConnectionError):
             log.info("%s %s: client disconnected mid-stream", request.method, request.path)
             return resp
@@ -378,24 +440,42 @@ async def _write_stream(request: web.Request, events: AsyncIterator[Any], conten
                 log.exception("%s %s failed mid-stream", request.method, request.path)
             else:
                 log.warning("%s %s failed mid-stream: %s", request.method, request.path, e)
-            await _write_error(resp, encode_error(message))
+            await _write_error(resp, encode_error(message), lane)
         with contextlib.suppress(ConnectionError):
             await resp.write_eof()
     return resp
 
 
 async def _relay(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes],
-                 ends: Callable[[Any], bool] | None, trailer: bytes) -> bool:
+                 ends: Callable[[Any], bool] | None, trailer: bytes, lane: Lane | None = None) -> bool:
     """Write each event as it comes; the last one (`ends`) leaves with the trailer and the end of the body, in
     one send and from this task, before anything else the loop holds (the runner's next connection, opened
     when its stream closed, waits behind it): True. False: the source ended without a last event."""
     async for event in events:
+        if lane is not None and lane.ended:  # the lane wrote the last events and the end (Lane, step 5)
+            await _skip_to_last(None, events, event, ends)
+            await resp.write_eof()
+            return True
         data = encode(event) if not long_context(event) else await encode_long(encode, event)
         if ends is not None and ends(event):
             await resp.write_eof(data + trailer)
             return True
         await resp.write(data)
     return False
+
+
+async def _skip_to_last(request: web.Request | None, events: AsyncIterator[Any], event: Any,
+                        ends: Callable[[Any], bool] | None) -> None:
+    """The events the lane already wrote (the route's last ones, from `event` on) are taken, not written; then
+    the source's own ending runs (_after_last)."""
+    if ends is not None:
+        while not ends(event):
+            try:
+                event = await events.__anext__()
+            except StopAsyncIteration:
+                return
+    if request is not None:
+        await _after_last(request, events)
 
 
 async def _after_last(request: web.Request, events: AsyncIterator[Any]) -> None:
@@ -434,10 +514,10 @@ async def encode_long(encode: Callable[[Any], bytes], event: dict[str, Any]) -> 
 
 
 async def _pump(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Callable[[Any], bytes],
-                ends: Callable[[Any], bool] | None, trailer: bytes) -> bool:
+                ends: Callable[[Any], bool] | None, trailer: bytes, lane: Lane | None = None) -> bool:
     """Relay the rest of the stream in a task of its own (_relay). Each token resumes only the frames of that
     task, not the handler's whole await chain (aiohttp's request handling, the middlewares, the route)."""
-    task = asyncio.ensure_future(_relay(events, resp, encode, ends, trailer))
+    task = asyncio.ensure_future(_relay(events, resp, encode, ends, trailer, lane))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -447,7 +527,9 @@ async def _pump(events: AsyncIterator[Any], resp: web.StreamResponse, encode: Ca
         raise
 
 
-async def _write_error(resp: web.StreamResponse, data: bytes) -> None:
+async def _write_error(resp: web.StreamResponse, data: bytes, lane: Lane | None = None) -> None:
+    if lane is not None and lane.ended:  # the client has the whole body: the error is only logged
+        return
     with contextlib.suppress(ConnectionError):  # the client may be gone too
         await resp.write(data)
 

@@ -1,7 +1,8 @@
 """The per-token fast path (server/streaming.py Lane) with the real llama-server and SmolLM2: most tokens of a
-plain stream are written by the lane, and most of those unparsed (runner/sse.py _PLAIN). A llama.cpp upgrade that
-changed the token event's fields or their order would leave every answer right and only slower, which no other
-test would notice; this one fails instead."""
+plain stream are written by the lane, and most of those unparsed (runner/sse.py _PLAIN), and the lane ends the body
+from llama-server's stop event. A llama.cpp upgrade that changed the token event's fields or their order, or its
+stop event's content, would leave every answer right and only slower, which no other test would notice; this one
+fails instead."""
 
 from __future__ import annotations
 
@@ -35,14 +36,19 @@ def taken() -> tuple[int, int]:
     return Lane.totals["unparsed"], Lane.totals["parsed"]
 
 
+def ended() -> int:
+    return Lane.totals["ended"]
+
+
 async def test_most_tokens_of_a_native_stream_take_the_lane_unparsed(client: Any) -> None:
-    before = taken()
+    before, ends = taken(), ended()
     r = await client.post("/api/chat", json={"model": "smollm2:135m", "options": OPTIONS,
                                              "messages": [{"role": "user", "content": PROMPT}]})
     assert r.status == 200
     lines = [json.loads(line) for line in (await r.text()).splitlines()]
     final = lines[-1]
-    assert final["done"] is True and final["eval_count"] >= 32, final
+    assert final["done"] is True and final["eval_count"] >= 32 and final["prompt_eval_count"] > 0, final
+    assert ended() - ends == 1  # the last chunk, from llama-server's stop event
     unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
     chunks = sum(1 for line in lines[:-1] if line["message"]["content"])
     # Every text chunk (the first too, with the headers) but whatever a slow moment sent the ordinary way.
@@ -51,7 +57,7 @@ async def test_most_tokens_of_a_native_stream_take_the_lane_unparsed(client: Any
 
 
 async def test_most_tokens_of_an_openai_stream_take_the_lane(client: Any) -> None:
-    before = taken()
+    before, ends = taken(), ended()
     r = await client.post("/v1/chat/completions", json={
         "model": "smollm2:135m", "stream": True, "temperature": 0, "max_tokens": 64, "seed": 1,
         "messages": [{"role": "user", "content": PROMPT}]})
@@ -61,5 +67,6 @@ async def test_most_tokens_of_an_openai_stream_take_the_lane(client: Any) -> Non
     chunks = sum(1 for e in events if e["choices"] and e["choices"][0]["delta"].get("content"))
     unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
     assert chunks >= 32
+    assert events[-1]["choices"][0]["finish_reason"] == "length" and ended() - ends == 1
     assert unparsed + parsed >= 0.8 * chunks, (unparsed, parsed, chunks)
     assert unparsed >= 0.5 * chunks, f"only {unparsed} of {chunks} tokens matched runner/sse.py _PLAIN"
