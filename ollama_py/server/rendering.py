@@ -295,7 +295,7 @@ async def render_gguf_chat(model: Model, messages: Sequence[Message], tools: Seq
                 job = functools.partial(_render_as, chat, body, tools, verdict, extra, limits=limits)
                 inline = None
                 if is_compiled(chat.source) and _small(body, tools):
-                    inline = functools.partial(job, limits=dataclasses.replace(limits, seconds=INLINE_CAP))
+                    inline = functools.partial(job, limits=Limits(limits.operations, limits.max_chars, INLINE_CAP))
                 return await _POOL.run(key_of(chat), job, inline=inline)
             except JinjaUnsupported:
                 pass  # this request's content: the runner renders it

@@ -113,14 +113,18 @@ def _budget() -> _Budget:
     return budget
 
 
-def _spend(n: int = 1) -> None:
-    b = _budget()
+def _spend(n: int = 1) -> _Budget:
+    """One operation (or n) spent; the budget, for the caller's own checks."""
+    b: _Budget | None = getattr(_local, "budget", None)
+    if b is None:
+        raise jinja2.nodes.Impossible()  # outside a render (_budget)
     before = b.ops
     b.ops -= n
     if b.ops < 0:
         raise JinjaLimit("chat template exceeds its limit of loop iterations and operations")
     if (before >> 10) != (b.ops >> 10) and time.monotonic() > b.deadline:  # the clock, every ~1k operations
         raise JinjaLimit(f"chat template took longer than {b.seconds:g} s to render")
+    return b
 
 
 def _size(n: int) -> None:
@@ -241,7 +245,11 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         return out
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        _spend()
+        b = _spend()
+        if operator == "+" and left.__class__ is str and right.__class__ is str:  # most of a chat's operations
+            if len(left) + len(right) > b.max_chars:
+                raise JinjaLimit(f"chat template builds a value larger than {b.max_chars} characters")
+            return left + right
         if operator == "*":
             for seq, n in ((left, right), (right, left)):
                 if isinstance(n, int) and not isinstance(n, bool) and _length(seq):
