@@ -145,6 +145,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
                             messages=[*system, {"role": "user", "content": params.prompt}],
                             logprobs=params.logprobs, started=started)
     top = params.logprobs
+
+    def last(final: Final) -> list[dict[str, Any]]:  # a Final's chunks: the lane's end, or the generator's
+        out = [oai.text_chunk(meta, "", final.done_reason)]
+        if params.include_usage:
+            out.append(oai.usage_chunk(meta, final, "text_completion"))
+        return out
+
+    if params.stream and top is None:
+        req.lane = Lane(lambda text, _at: sse_event(oai.text_chunk(meta, text)), last)
     events = run_completion(request.app[SCHEDULER], req)
 
     if not params.stream:
@@ -163,11 +172,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
                     offset += len(ev.text)
                     yield oai.text_chunk(meta, ev.text, None, lp)
                     continue
-                yield oai.text_chunk(meta, "", ev.done_reason)
-                if params.include_usage:
-                    yield oai.usage_chunk(meta, ev, "text_completion")
+                for out in last(ev):
+                    yield out
 
-    return await sse(request, chunks(), ends=oai.last_chunk(params.include_usage))
+    return await sse(request, chunks(), lane=req.lane, ends=oai.last_chunk(params.include_usage))
 
 
 @routes.post("/v1/embeddings")

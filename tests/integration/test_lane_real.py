@@ -70,3 +70,20 @@ async def test_most_tokens_of_an_openai_stream_take_the_lane(client: Any) -> Non
     assert events[-1]["choices"][0]["finish_reason"] == "length" and ended() - ends == 1
     assert unparsed + parsed >= 0.8 * chunks, (unparsed, parsed, chunks)
     assert unparsed >= 0.5 * chunks, f"only {unparsed} of {chunks} tokens matched runner/sse.py _PLAIN"
+
+
+async def test_an_openai_text_completion_stream_takes_the_lane_start_to_end(client: Any) -> None:
+    before, ends = taken(), ended()
+    body = {"model": "smollm2:135m", "stream": True, "temperature": 0, "max_tokens": 48, "seed": 1, "prompt": PROMPT}
+    r = await client.post("/v1/completions", json=body)
+    assert r.status == 200
+    text = await r.text()
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    streamed = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+    whole = await (await client.post("/v1/completions", json={**body, "stream": False})).json()
+    assert streamed == whole["choices"][0]["text"] and len(streamed) > 40
+    assert events[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+    assert text.endswith("data: [DONE]\n\n") and ended() - ends == 1
+    unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
+    chunks = sum(1 for e in events if e["choices"] and e["choices"][0]["text"])
+    assert unparsed + parsed >= 0.8 * chunks, (unparsed, parsed, chunks)

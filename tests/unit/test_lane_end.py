@@ -92,6 +92,33 @@ async def test_the_lane_ends_an_openai_stream_with_finish_reason_usage_and_done(
         assert events[-1] is finish[0] and "usage" not in events[-1]
 
 
+@pytest.mark.parametrize("usage", [False, True])
+async def test_an_openai_text_completion_stream_takes_the_lane_start_to_end(fake_app: Any, aiohttp_client: Any,
+                                                                            usage: bool) -> None:
+    _, app = fake_app(fake_env=SLOW)
+    client = await aiohttp_client(app)
+    body: dict[str, Any] = {"model": "tiny", "prompt": "hi", "stream": True}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    before, tokens = _ended(), Lane.totals["unparsed"] + Lane.totals["parsed"]
+    r = await client.post("/v1/completions", json=body)
+    assert r.status == 200
+    text = await r.text()
+    assert _ended() - before == 1 and Lane.totals["unparsed"] + Lane.totals["parsed"] - tokens == 6
+    assert text.endswith("data: [DONE]\n\n")
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    assert all(e["object"] == "text_completion" and e["id"].startswith("cmpl-") for e in events)
+    texts = [e["choices"][0]["text"] for e in events if e["choices"] and e["choices"][0]["text"]]
+    whole = await (await client.post("/v1/completions", json={**body, "stream": False})).json()
+    assert "".join(texts) == whole["choices"][0]["text"] and len(texts) == 6
+    finish = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+    assert len(finish) == 1 and finish[0]["choices"][0]["finish_reason"] == "stop"
+    if usage:
+        assert events[-1]["choices"] == [] and events[-1]["usage"] == whole["usage"]
+    else:
+        assert events[-1] is finish[0]
+
+
 async def _response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     """One chunked HTTP response read by hand: (head, de-chunked body); the reader is left at the next byte."""
     head = await reader.readuntil(b"\r\n\r\n")
