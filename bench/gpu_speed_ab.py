@@ -1,16 +1,17 @@
 """Two (or more) source trees of the gateway compared at GPU speed on the fake runner, interleaved (issue 38).
 
     .venv/bin/python bench/gpu_speed_ab.py BEFORE_TREE AFTER_TREE [--blocks 12] [--per 40]
-        [--route native|chat|generate]
+        [--route native|chat|generate|agent]
 
 Each tree (a checkout or `git archive` of a commit, with this repository's .venv, or a venv of its own on another
 interpreter) runs its own `ollama-py serve`
 over the fake llama-server at bench/gpu_speed_fake.py's pace (first token after 2 ms, then 1 token/ms), all at
 once, so they share the machine's load moment by moment. Requests go to one serve at a time in blocks of `--per`,
 the order of the trees reversed every block: 8-token `/api/generate` (raw) or `/v1/chat/completions` (the GGUF's
-template). Prints, per tree, the median first-token and whole-request times at the client and the serve process's
-CPU per request (/proc: all its threads, not its runner). Per-request differences of 0.1-0.2 ms that single
-gpu_speed_fake.py runs cannot separate from the machine's noise show here run after run.
+template; `agent`: bench/agent_turn.py's turn of twenty tools and 61 messages through its Go TEMPLATE). Prints,
+per tree, the median first-token and whole-request times at the client and the serve process's CPU per request
+(/proc: all its threads, not its runner). Per-request differences of 0.1-0.2 ms that single gpu_speed_fake.py runs
+cannot separate from the machine's noise show here run after run.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.agent_turn import AGENT_TEMPLATE, agent_messages, agent_tools  # noqa: E402
 from bench.common import Child, _wait_http, cpu_seconds, create_model, free_port  # noqa: E402
 from bench.gpu_speed_fake import MESSAGES, _runners_dir, timed  # noqa: E402
 
@@ -60,7 +62,12 @@ def start(tree: Path, tmp: Path) -> Child:
 async def compare(serves: dict[str, Child], blocks: int, per: int, route: str) -> dict[str, dict[str, Any]]:
     res: dict[str, dict[str, Any]] = {t: {"ttft": [], "total": [], "cpu": 0.0, "n": 0} for t in serves}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+        agent = {"model": "fake-agent", "messages": agent_messages(), "tools": agent_tools(), "stream": True,
+                 "max_tokens": 8}
+
         def request(child: Child) -> Any:
+            if route == "agent":
+                return timed(s, child.url + "/v1/chat/completions", agent)
             if route == "chat":
                 return timed(s, child.url + "/v1/chat/completions",
                              {"model": "fake-gguf", "messages": MESSAGES, "stream": True, "max_tokens": 8})
@@ -89,8 +96,9 @@ def main() -> None:
     ap.add_argument("trees", nargs="+", type=Path)
     ap.add_argument("--blocks", type=int, default=12)
     ap.add_argument("--per", type=int, default=40)
-    ap.add_argument("--route", choices=("native", "chat", "generate"), default="native",
-                    help="native: raw /api/generate; generate: /api/generate through the template, with context")
+    ap.add_argument("--route", choices=("native", "chat", "generate", "agent"), default="native",
+                    help="native: raw /api/generate; generate: /api/generate through the template, with context; "
+                         "agent: an agent's turn through /v1/chat/completions")
     args = ap.parse_args()
     from tests.fakes.fake_llama_server import CHATML_TEMPLATE
     from tests.fakes.gguf_files import write_tiny_gguf
@@ -103,6 +111,8 @@ def main() -> None:
             for i, tree in enumerate(args.trees):
                 serves[f"{i}:{tree}"] = child = start(tree.resolve(), tmp / f"serve{i}")
                 create_model(child.url, "fake-gguf", gguf)
+                if args.route == "agent":
+                    create_model(child.url, "fake-agent", gguf, template=AGENT_TEMPLATE)
             res = asyncio.run(compare(serves, args.blocks, args.per, args.route))
         finally:
             for child in serves.values():

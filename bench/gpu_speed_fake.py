@@ -20,6 +20,10 @@ medians of the per-round pairs (the machine is shared: pairs share its load at t
   oai          /v1/chat/completions through the gateway (GGUF template) vs the fake's own /v1/chat/completions
   oai_tmpl     the same with an Ollama TEMPLATE
   chat         /api/chat (GGUF template) vs the fake's /v1/chat/completions
+  agent        an agent's turn (bench/agent_turn.py: twenty tools, 61 messages of calls and results, a Go TEMPLATE
+               of Qwen's shape, a ~70 KB body) through /v1/chat/completions vs the fake's /completion given the very
+               prompt the gateway renders for it (the gateway's /api/chat `_debug_render_only`): the gateway's own
+               work on such a request. Reported, not one of the issue's targets (those are for short requests)
   conc16       16 clients at once on 4 slots, 64 tokens each: aggregate tokens/s ratio
   cpu          the serve process's CPU (/proc schedstat) per 8-token request, and per token from a 512-token one
   floors       the native request through two relays in front of the same fake, beside it direct: the least any
@@ -50,6 +54,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.agent_turn import AGENT_TEMPLATE, agent_messages, agent_tools  # noqa: E402
 from bench.common import (  # noqa: E402
     RESULTS,
     cpu_model,
@@ -69,6 +74,7 @@ PROMPT_DELAY, TOKEN_DELAY = 0.002, 0.001
 GO_TEMPLATE = ("{{ range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
                "<|im_start|>assistant\n")
 MESSAGES = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Say hi"}]
+AGENT_TOOLS, AGENT_MESSAGES = agent_tools(), agent_messages()
 
 
 def log(msg: str) -> None:
@@ -123,6 +129,14 @@ class Bench:
         self.auth = {"Authorization": f"Bearer {key}"} if key else {}
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300),
                                              connector=aiohttp.TCPConnector(force_close=True, limit=0))
+        self.agent_prompt = ""  # the prompt the gateway renders for the agent's turn (rendered_agent_prompt)
+
+    async def rendered_agent_prompt(self) -> None:
+        """The agent turn's prompt as the gateway renders it, for the direct side to send as is."""
+        body = {"model": "fake-agent", "messages": AGENT_MESSAGES, "tools": AGENT_TOOLS, "_debug_render_only": True}
+        async with self.session.post(self.serve + "/api/chat", json=body) as r:
+            r.raise_for_status()
+            self.agent_prompt = (await r.json())["_debug_info"]["rendered_template"]
 
     def cases(self, n: int) -> dict[str, tuple[Any, Any]]:
         """case -> (gateway request, direct request), each an awaitable factory."""
@@ -151,6 +165,13 @@ class Bench:
                                                             "stream": True, "options": opts}),
                 lambda: timed(s, self.direct + "/v1/chat/completions",
                               {"messages": MESSAGES, "stream": True, "max_tokens": n, "temperature": 0}, self.auth)),
+            "agent": (
+                lambda: timed(s, self.serve + "/v1/chat/completions",
+                              {"model": "fake-agent", "messages": AGENT_MESSAGES, "tools": AGENT_TOOLS,
+                               "stream": True, "max_tokens": n, "temperature": 0}),
+                lambda: timed(s, self.direct + "/completion", {"prompt": self.agent_prompt, "n_predict": n,
+                                                              "stream": True, "temperature": 0,
+                                                              "cache_prompt": True}, self.auth)),
         }
 
     async def round_trip(self, rounds: int) -> dict[str, Any]:
@@ -248,9 +269,12 @@ def table(res: dict[str, Any]) -> str:
             "| whole request gateway/direct | gateway CPU per request (ms) |", "|---|---|---|---|---|---|"]
     names = {"native": "native /api/generate vs /completion", "oai": "OpenAI chat (GGUF template) vs "
              "/v1/chat/completions", "oai_tmpl": "OpenAI chat (Ollama TEMPLATE) vs /v1/chat/completions",
-             "chat": "/api/chat (GGUF template) vs /v1/chat/completions"}
+             "chat": "/api/chat (GGUF template) vs /v1/chat/completions",
+             "agent": "agent turn (20 tools, 61 messages, Go TEMPLATE) vs /completion of its prompt"}
     for name, label in names.items():
-        r = res["cases"][name]
+        r = res["cases"].get(name)
+        if r is None:  # a case this run's results predate
+            continue
         rows.append(f"| {label} | {r['ttft_direct_ms']:.2f} | {r['ttft_gw_ms']:.2f} | {r['added_ttft_ms']:+.2f} "
                     f"| {r['ratio_total']:.3f} | {r['cpu_ms']:.2f} |")
     c = res["conc16"]
@@ -309,8 +333,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             gguf = write_tiny_gguf(tmp / "tiny.gguf", ctx=8192, chat_template=CHATML_TEMPLATE)
             await asyncio.to_thread(create_model, serve.url, "fake-gguf", gguf)
             await asyncio.to_thread(create_model, serve.url, "fake-tmpl", gguf, template=GO_TEMPLATE)
+            await asyncio.to_thread(create_model, serve.url, "fake-agent", gguf, template=AGENT_TEMPLATE)
             async with aiohttp.ClientSession() as s:
-                for model in ("fake-gguf", "fake-tmpl"):
+                for model in ("fake-gguf", "fake-tmpl", "fake-agent"):
                     async with s.post(serve.url + "/api/generate", json={"model": model}) as r:
                         r.raise_for_status()
             argv = runner_argv(serve, "fake_llama_server.py")
@@ -319,6 +344,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             port = argv[argv.index("--port") + 1]
             bench = Bench(serve.url, f"http://127.0.0.1:{port}", runner_key(serve, "fake_llama_server.py"),
                           serve.proc.pid)
+            await bench.rendered_agent_prompt()
             load0 = load_average()
             await bench.round_trip(3)  # warm-up: connections, caches, the first render of each shape
             cases = await bench.round_trip(args.rounds)

@@ -28,7 +28,13 @@ class ArgError(Exception):
 
 
 # -- comparison -------------------------------------------------------------------------------
+_KINDS = {type(None): "invalid", bool: "bool", int: "int", float: "float", str: "string"}
+
+
 def _kind(v: Any) -> str:
+    kind = _KINDS.get(type(v))
+    if kind is not None:
+        return kind
     v = unwrap(v) if isinstance(v, GoNamed) else v
     if v is None:
         return "invalid"

@@ -71,6 +71,8 @@ def _nil_slice(type_name: str) -> GoNamed:
 def _expect(value: Any, kind: type | tuple[type, ...], where: str, default: Any) -> Any:
     if value is None:
         return default
+    if type(value) is kind:  # (most values: bool is not int's type)
+        return value
     if isinstance(value, bool) and kind is int:
         raise TemplateError(f"{where} must be a number")
     if not isinstance(value, kind):
@@ -136,13 +138,18 @@ def _image(value: Any) -> bytes:
     raise TemplateError("images must be base64 strings")
 
 
+# a message's nil slices, shared by every message without images or calls (frozen, and compared by contents)
+_NO_IMAGES = _nil_slice("[]api.ImageData")
+_NO_CALLS = _nil_slice("[]template.templateToolCall")
+
+
 def template_message(msg: Mapping[str, Any] | GoStruct) -> GoStruct:
     """A message as Ollama's *templateMessage."""
     if isinstance(msg, GoStruct):
         return msg
     if not isinstance(msg, Mapping):
         raise TemplateError("a message must be an object")
-    wire = any(k in _WIRE_MESSAGE_KEYS for k in msg)
+    wire = not _WIRE_MESSAGE_KEYS.keys().isdisjoint(msg)
     if wire:
         fields = {go: msg.get(key) for key, go in _WIRE_MESSAGE_KEYS.items()}
     else:
@@ -164,11 +171,11 @@ def template_message(msg: Mapping[str, Any] | GoStruct) -> GoStruct:
             "Thinking": _expect(fields["Thinking"], str, "thinking", ""),
             "Images": GoNamed([_image(i) for i in images], "[]api.ImageData", "slice")
             if images
-            else _nil_slice("[]api.ImageData"),
+            else _NO_IMAGES,
             "ToolCalls": GoNamed([_tool_call(c, i, wire) for i, c in enumerate(calls)], "[]template.templateToolCall",
                                  "slice")
             if calls
-            else _nil_slice("[]template.templateToolCall"),
+            else _NO_CALLS,
             "ToolName": _expect(fields["ToolName"], str, "tool_name", ""),
             "ToolCallID": _expect(fields["ToolCallID"], str, "tool_call_id", ""),
         },

@@ -104,9 +104,14 @@ def go_type_name(value: Any) -> str:
     return type(value).__name__
 
 
+_PLAIN = frozenset({bool, int, float, str, bytes, bytearray, list, tuple, dict})
+
+
 def is_true(value: Any) -> bool:
     """Go template truth: false, 0, nil, and empty strings, slices and maps are false; structs
     are always true."""
+    if type(value) in _PLAIN:  # most values: asked once, not through the chain below
+        return bool(value)
     value = unwrap(value)
     if value is None:
         return False

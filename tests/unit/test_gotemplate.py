@@ -555,3 +555,29 @@ def test_text_without_actions_renders_to_itself(text: str) -> None:
 def test_trim_markers_remove_exactly_the_adjacent_whitespace(before: str, after: str) -> None:
     out = parse_template(before + '{{- "X" -}}' + after).execute({})
     assert out == before.rstrip(" \t\r\n") + "X" + after.lstrip(" \t\r\n")
+
+
+def test_many_templates_each_render_their_own_text() -> None:
+    """Each parsed tree runs its own code (made once and kept, a bounded number of trees): past that bound, and
+    for a template parsed again, every render is still that template's."""
+    templates = [parse_template("{{ .S }}-" + str(i) + '{{ range .L }}{{ if eq . "b" }}' + str(i) + "{{ end }}{{ end }}")
+                 for i in range(600)]
+    for _ in range(2):
+        for i, tmpl in enumerate(templates):
+            assert tmpl.execute(DATA) == f"hello-{i}{i}"
+    again = parse_template("{{ .S }}-0{{ range .L }}{{ if eq . \"b\" }}0{{ end }}{{ end }}")
+    assert again.execute({"S": "other", "L": ["b", "b"]}) == "other-000"
+
+
+def test_one_template_renders_the_same_from_many_threads() -> None:
+    """Renders run in worker threads: one template's code is shared by concurrent renders, each with its data."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tmpl = parse_template("{{ range $i, $m := .L }}{{ $i }}={{ $m }};{{ end }}{{ .S }}")
+
+    def one(k: int) -> str:
+        return tmpl.execute({"L": [k, k + 1], "S": str(k)})
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(one, range(400)))
+    assert got == [f"0={k};1={k + 1};{k}" for k in range(400)]
