@@ -239,14 +239,15 @@ def _check_depth(body: Any, raw: bytes | bytearray) -> None:
             break
     else:
         return
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise BadRequest(f"invalid request body: JSON nested deeper than {MAX_DEPTH} levels")
-        for value in (node.values() if isinstance(node, dict) else node):
-            if isinstance(value, (dict, list)) and value:
-                stack.append((value, depth + 1))
+    # level by level, each level's non-empty containers gathered in one comprehension (a walk with a stack of
+    # (node, depth) pairs took as long as decoding an agent's 80 KB body did)
+    level: list[Any] = [body]
+    for _ in range(MAX_DEPTH):
+        level = [value for node in level for value in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(value, (dict, list)) and value]
+        if not level:
+            return
+    raise BadRequest(f"invalid request body: JSON nested deeper than {MAX_DEPTH} levels")
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:

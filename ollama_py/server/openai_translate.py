@@ -210,13 +210,20 @@ def _tool_calls(calls: Any) -> list[ToolCall]:
     return out
 
 
-def _tool_name(messages: Sequence[Any], call_id: str) -> str:
-    for m in reversed(messages):  # last one wins, as Ollama: resilient to reused ids
+def _tool_names(messages: Sequence[Any]) -> dict[str, str]:
+    """Each call id's function name: the last message that calls it wins, as in Ollama (resilient to reused ids),
+    and within a message its first call of that id. Made once for a conversation (looked up per tool message, a
+    pass over the conversation for each was quadratic in an agent's long ones)."""
+    names: dict[str, str] = {}
+    for m in messages:
+        seen: dict[str, str] = {}
         for call in (m.get("tool_calls") or []) if isinstance(m, dict) else []:
-            if isinstance(call, dict) and call.get("id") == call_id:
+            call_id = call.get("id") if isinstance(call, dict) else None
+            if isinstance(call_id, str) and call_id not in seen:  # (a tool message's call_id is a string)
                 fn = call.get("function") or {}
-                return fn.get("name", "") if isinstance(fn, dict) else ""
-    return ""
+                seen[call_id] = fn.get("name", "") if isinstance(fn, dict) else ""
+        names.update(seen)
+    return names
 
 
 class _Carried(TypedDict, total=False):
@@ -234,6 +241,7 @@ def chat_messages(raw: Any) -> list[Message]:
     if not isinstance(raw, list):
         raise BadRequest("json: cannot unmarshal messages: expected an array of messages")
     out: list[Message] = []
+    names: dict[str, str] | None = None  # call ids' function names, once a tool message needs them
     for i, msg in enumerate(raw):
         if not isinstance(msg, dict):
             raise BadRequest(f"messages[{i}] must be an object")
@@ -249,7 +257,10 @@ def chat_messages(raw: Any) -> list[Message]:
             extra["thinking"] = msg["reasoning"]  # an earlier answer's thoughts, for templates that show them
         if role == "tool":
             call_id = msg.get("tool_call_id")
-            name = msg.get("name") or (_tool_name(raw, call_id) if isinstance(call_id, str) and call_id else "")
+            name = msg.get("name")
+            if not name and isinstance(call_id, str) and call_id:
+                names = _tool_names(raw) if names is None else names
+                name = names.get(call_id, "")
             if isinstance(call_id, str) and call_id:
                 extra["tool_call_id"] = call_id
             if name:

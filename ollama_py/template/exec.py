@@ -203,19 +203,20 @@ class Executor:
             raise self.error(f"the arguments of {name} pass the limit of {self.limits.chars} characters")
         try:
             result = funcs.call(name, values, self.limits.chars)
-        except OutputTooLong as exc:
-            raise self.error(f"error calling {name}: {exc}") from None
-        except funcs.ArgError as exc:
-            raise self.error(str(exc)) from None
-        except funcs.FuncError as exc:
-            raise self.error(f"error calling {name}: {exc}") from None
-        except TemplateError as exc:
-            raise self.error(f"error calling {name}: {exc}") from None
+        except _CALL_ERRORS as exc:
+            raise self.call_error(name, exc) from None
         return self.check_size(result, f"the result of {name}")
+
+    def call_error(self, name: str, exc: Exception) -> TemplateError:
+        """What a failed call of `name` reads as (Go reports a wrong call itself without "error calling")."""
+        if isinstance(exc, funcs.ArgError):
+            return self.error(str(exc))
+        return self.error(f"error calling {name}: {exc}")
 
 
 # Functions whose result grows with their arguments' text (printf bounds its own result as it builds it).
 _BUILDS_TEXT = frozenset({"print", "println", "html", "js", "urlquery", "json"})
+_CALL_ERRORS = (OutputTooLong, funcs.ArgError, funcs.FuncError, TemplateError)
 
 
 def _rough_size(values: list[Any], limit: int) -> int:
@@ -568,16 +569,37 @@ def _function_code(ident: n.IdentifierNode, args: tuple[n.Node, ...], where: n.N
         return short
     operands = tuple(_arg_code(arg, name, position) for position, arg in enumerate(params))
     at = where or ident  # Go reports a call's errors at the whole command
+    if name == "printf" or name in _BUILDS_TEXT:  # text built from the arguments: bounded by call_function
 
-    def call(ex: Executor, dot: Any, final: Any) -> Any:
+        def call(ex: Executor, dot: Any, final: Any) -> Any:
+            ex.node = ident
+            values = [operand(ex, dot) for operand in operands]
+            if final is not MISSING:
+                values.append(final)
+            ex.node = at
+            return ex.call_function(name, values)
+
+        return call
+    # eq, len, index, slice, not...: the function itself, once the count of arguments is right (else
+    # call_function says what is wrong, as funcs.call does)
+    fn, least, most = funcs.BUILTINS[name]
+    what = f"the result of {name}"
+
+    def direct(ex: Executor, dot: Any, final: Any) -> Any:
         ex.node = ident
         values = [operand(ex, dot) for operand in operands]
         if final is not MISSING:
             values.append(final)
         ex.node = at
-        return ex.call_function(name, values)
+        if len(values) < least if most is None else len(values) != least:
+            return ex.call_function(name, values)
+        try:
+            result = fn(*values)
+        except _CALL_ERRORS as exc:
+            raise ex.call_error(name, exc) from None
+        return ex.check_size(result, what)
 
-    return call
+    return direct
 
 
 def _arg_code(arg: n.Node, func_name: str | None, position: int = 0) -> Eval:

@@ -107,6 +107,27 @@ def test_tool_round_trip_messages() -> None:
     ]
 
 
+def test_tool_results_are_named_by_the_last_call_of_their_id() -> None:
+    """An agent's long conversation: each tool result gets its call's function name; an id used again names the
+    later call's function (as Ollama: the last one wins); a result whose id no call has, or that names itself,
+    keeps what it has."""
+    def call(call_id: str, name: str) -> dict[str, Any]:
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+    msgs = oai.chat_messages([
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call("a", "read"), call("b", "list")]},
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+        {"role": "tool", "tool_call_id": "b", "content": "2"},
+        {"role": "assistant", "content": None, "tool_calls": [call("a", "write"), call("a", "ignored")]},
+        {"role": "tool", "tool_call_id": "a", "content": "3"},
+        {"role": "tool", "tool_call_id": "zz", "content": "4"},
+        {"role": "tool", "tool_call_id": "b", "name": "own", "content": "5"},
+    ])
+    assert [(m.get("tool_call_id"), m.get("tool_name")) for m in msgs if m["role"] == "tool"] == [
+        ("a", "write"), ("b", "list"), ("a", "write"), ("zz", None), ("b", "own")]
+
+
 # -- completions and embeddings requests ----------------------------------------------------------------------
 
 def test_completion_request_sends_penalties_and_top_p_like_ollama() -> None:
