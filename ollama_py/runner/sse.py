@@ -254,7 +254,7 @@ class SSEStream(asyncio.Protocol):
                     self._finished = True
                     return
                 try:
-                    event = fastjson.loads(payload.decode())
+                    event = fastjson.loads(payload)
                 except ValueError:
                     raise UpstreamLost(f"llama-server sent an event that is not JSON: {payload[:80]!r}") from None
                 if "error" in event and "content" not in event:
@@ -492,8 +492,7 @@ async def _connect(host: str, port: int, read_timeout: float | None, reply: type
 def _request(host: str, port: int, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None,
              accept: bytes, *, keep_alive: bool, length: int = 0) -> bytes:
     """The request's bytes; with body None, the head alone for a body of `length` bytes sent after it."""
-    # (fastjson's encoder is made once; json.dumps makes one each call with non-default arguments)
-    data = fastjson.dumps_ascii(body) if body is not None else b""
+    data = fastjson.to_runner(body) if body is not None else b""
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items()).encode()
     return (b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nAccept: %s\r\n%s"
             b"Content-Length: %d\r\nConnection: %s\r\n\r\n%s"

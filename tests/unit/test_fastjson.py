@@ -41,3 +41,26 @@ def test_dumps_ascii_is_compact_json_with_unicode_escaped(value):
     out = fastjson.dumps_ascii(value)
     assert out == json.dumps(value, separators=(",", ":")).encode()
     assert out.isascii() and json.loads(out) == value
+
+
+@pytest.mark.parametrize("value", [*VALUES, {"prompt": "x" * 100_000 + "é😀", "n_predict": 8},
+                                   {"lone": "a\ud800b"}, {"big": 2**70}, {1: "int key"}])
+def test_to_runner_is_json_that_reads_back_as_the_value(value):
+    """What goes to llama-server: UTF-8 JSON (orjson), or escapes for what orjson refuses (a lone surrogate, an
+    integer past 64 bits, a key that is not a string) -- json's reading of it is the value either way."""
+    out = fastjson.to_runner(value)
+    expected = {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
+    assert json.loads(out.decode("utf-8", "surrogatepass")) == expected
+
+
+@pytest.mark.parametrize("data, value", [
+    (b'{"content": "caf\xc3\xa9", "stop": false}', {"content": "café", "stop": False}),
+    (b' {"probs": [NaN]} ', None),
+    ('{"text": "\\ud800"}', {"text": "\ud800"})])
+def test_loads_reads_bytes_and_what_orjson_refuses(data, value):
+    """A runner's event as bytes; NaN and a lone surrogate (orjson refuses them) read as json reads them."""
+    got = fastjson.loads(data)
+    if value is None:
+        assert got["probs"][0] != got["probs"][0]  # NaN
+    else:
+        assert got == value

@@ -71,9 +71,9 @@ async def read_diverting(port: int, after: int, *sinks: Any) -> list[dict]:
     return got
 
 
-def test_a_request_body_goes_out_as_ascii_json_of_the_same_text():
-    """Non-ASCII text in a runner request is escaped (fastjson.dumps_ascii, quicker for an agent's prompt): the
-    bytes on the wire are ASCII, their Content-Length is theirs, and they decode to the text sent."""
+def test_a_request_body_goes_out_as_utf8_json_of_the_same_text():
+    """A runner request is UTF-8 JSON (fastjson.to_runner: orjson, quick for an agent's long prompt): its
+    Content-Length counts its bytes, not its characters, and they decode to the text sent."""
     body = {"prompt": 'Réponds → "oui" 🐉 日本語\n\\ done', "n_predict": 1}
     got: list[bytes] = []
 
@@ -93,7 +93,8 @@ def test_a_request_body_goes_out_as_ascii_json_of_the_same_text():
             server.close()
 
     asyncio.run(main())
-    assert got[0].isascii() and json.loads(got[0]) == body
+    assert json.loads(got[0].decode("utf-8")) == body
+    assert "🐉 日本語".encode() in got[0]  # as UTF-8, not escaped
 
 
 def test_chunked_body_with_extensions():
