@@ -559,3 +559,18 @@ def test_the_same_tool_is_one_value_its_json_written_once() -> None:
                                               think=None)
     with pytest.raises(TemplateError):
         ollama_data.template_tool({"type": "function", "function": {"name": 3}}, 2)
+
+
+def test_tools_that_differ_only_in_a_value_s_type_are_different_tools() -> None:
+    """A tool is known again by its value: an enum of 1, true, "1" or ["1"] is each its own tool and prints as
+    itself; 1 and 1.0 print alike, as Go's float64 (encoding/json into any)."""
+    printed = "{{ range .Messages }}{{ end }}{{ range .Tools }}{{ .Function }};{{ end }}"
+
+    def tool(value: object) -> dict[str, object]:
+        return {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"n": {"type": "number", "enum": [value]}}}}}
+
+    texts = [render_prompt(printed, messages=[HELLO], tools=[tool(v)], system=None, suffix=None, think=None)
+             for v in (1, True, "1", ["1"], 1.0, True)]
+    assert [t.split('"enum":')[1].split("}")[0] for t in texts] == ["[1]", "[true]", '["1"]', '[["1"]]', "[1]",
+                                                                     "[true]"]
