@@ -51,6 +51,8 @@ MESSAGE_FIELDS = tuple(_WIRE_MESSAGE_KEYS.values())
 def decoded_json(value: Any) -> Any:
     """A JSON value as Go's encoding/json decodes it into `any`: every number is a float64
     (so `printf "%d"` of an argument prints %!d(float64=2), and `eq` with an int literal fails)."""
+    if type(value) is str:  # most values: asked once
+        return value
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
@@ -108,11 +110,11 @@ def _tool_call(call: Any, index: int, wire: bool) -> GoStruct:
     where = f"tool_calls[{index}]"
     if isinstance(call, GoStruct):
         return call
-    if not isinstance(call, Mapping):
+    if not isinstance(call, (dict, Mapping)):
         raise TemplateError(f"{where} must be an object")
     id_key, fn_key = ("id", "function") if wire else ("ID", "Function")
     fn = call.get(fn_key) or {}
-    if not isinstance(fn, Mapping):
+    if not isinstance(fn, (dict, Mapping)):
         raise TemplateError(f"{where}.function must be an object")
     idx_key, name_key, args_key = ("index", "name", "arguments") if wire else ("Index", "Name", "Arguments")
     function = GoStruct(
@@ -149,7 +151,7 @@ def template_message(msg: Mapping[str, Any] | GoStruct) -> GoStruct:
     """A message as Ollama's *templateMessage."""
     if isinstance(msg, GoStruct):
         return msg
-    if not isinstance(msg, Mapping):
+    if not isinstance(msg, (dict, Mapping)):
         raise TemplateError("a message must be an object")
     wire = not _WIRE_MESSAGE_KEYS.keys().isdisjoint(msg)
     if wire:
