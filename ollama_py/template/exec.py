@@ -148,6 +148,8 @@ class Executor:
         return "".join(self.out)
 
     def printable(self, value: Any) -> str:
+        if type(value) is str:  # most actions print a message's text
+            return value
         if value is None:
             return "<no value>"
         try:
@@ -580,6 +582,8 @@ def _function_code(ident: n.IdentifierNode, args: tuple[n.Node, ...], where: n.N
             return ex.call_function(name, values)
 
         return call
+    if name in ("eq", "ne") and len(operands) == 2 and isinstance(params[1], n.StringNode):
+        return _compare_to_text(name, ident, at, operands[0], params[1].text)
     # eq, len, index, slice, not...: the function itself, once the count of arguments is right (else
     # call_function says what is wrong, as funcs.call does)
     fn, least, most = funcs.BUILTINS[name]
@@ -600,6 +604,31 @@ def _function_code(ident: n.IdentifierNode, args: tuple[n.Node, ...], where: n.N
         return ex.check_size(result, what)
 
     return direct
+
+
+def _compare_to_text(name: str, ident: n.IdentifierNode, at: n.Node, operand: Eval, text: str) -> Command:
+    """`eq .Role "user"` (and ne), the most common test of a chat template: a string compared at once; any
+    other value, or a value piped in, goes the general way."""
+    fn, _, _ = funcs.BUILTINS[name]
+    is_eq = name == "eq"
+    what = f"the result of {name}"
+
+    def compare(ex: Executor, dot: Any, final: Any) -> Any:
+        ex.node = ident
+        value = operand(ex, dot)
+        ex.node = at
+        if final is MISSING and type(value) is str:
+            return (value == text) is is_eq
+        values = [value, text] if final is MISSING else [value, text, final]
+        if len(values) != 2 and not is_eq:
+            return ex.call_function(name, values)
+        try:
+            result = fn(*values)
+        except _CALL_ERRORS as exc:
+            raise ex.call_error(name, exc) from None
+        return ex.check_size(result, what)
+
+    return compare
 
 
 def _arg_code(arg: n.Node, func_name: str | None, position: int = 0) -> Eval:
