@@ -209,6 +209,15 @@ class Executor:
             raise self.call_error(name, exc) from None
         return self.check_size(result, f"the result of {name}")
 
+    def apply(self, name: str, fn: Callable[..., Any], values: list[Any], what: str) -> Any:
+        """fn(*values) for a call of `name` whose arguments are known to fit, its errors and result's size as
+        call_function has them."""
+        try:
+            result = fn(*values)
+        except _CALL_ERRORS as exc:
+            raise self.call_error(name, exc) from None
+        return self.check_size(result, what)
+
     def call_error(self, name: str, exc: Exception) -> TemplateError:
         """What a failed call of `name` reads as (Go reports a wrong call itself without "error calling")."""
         if isinstance(exc, funcs.ArgError):
@@ -571,39 +580,26 @@ def _function_code(ident: n.IdentifierNode, args: tuple[n.Node, ...], where: n.N
         return short
     operands = tuple(_arg_code(arg, name, position) for position, arg in enumerate(params))
     at = where or ident  # Go reports a call's errors at the whole command
-    if name == "printf" or name in _BUILDS_TEXT:  # text built from the arguments: bounded by call_function
-
-        def call(ex: Executor, dot: Any, final: Any) -> Any:
-            ex.node = ident
-            values = [operand(ex, dot) for operand in operands]
-            if final is not MISSING:
-                values.append(final)
-            ex.node = at
-            return ex.call_function(name, values)
-
-        return call
     if name in ("eq", "ne") and len(operands) == 2 and isinstance(params[1], n.StringNode):
         return _compare_to_text(name, ident, at, operands[0], params[1].text)
-    # eq, len, index, slice, not...: the function itself, once the count of arguments is right (else
-    # call_function says what is wrong, as funcs.call does)
+    # eq, len, index, slice, not...: the function itself, once the count of arguments is right; printf and the
+    # functions that build text from their arguments, and a wrong count, through call_function (its bounds and
+    # messages, as funcs.call has them)
     fn, least, most = funcs.BUILTINS[name]
+    general = name == "printf" or name in _BUILDS_TEXT
     what = f"the result of {name}"
 
-    def direct(ex: Executor, dot: Any, final: Any) -> Any:
+    def call(ex: Executor, dot: Any, final: Any) -> Any:
         ex.node = ident
         values = [operand(ex, dot) for operand in operands]
         if final is not MISSING:
             values.append(final)
         ex.node = at
-        if len(values) < least if most is None else len(values) != least:
+        if general or (len(values) < least if most is None else len(values) != least):
             return ex.call_function(name, values)
-        try:
-            result = fn(*values)
-        except _CALL_ERRORS as exc:
-            raise ex.call_error(name, exc) from None
-        return ex.check_size(result, what)
+        return ex.apply(name, fn, values, what)
 
-    return direct
+    return call
 
 
 def _compare_to_text(name: str, ident: n.IdentifierNode, at: n.Node, operand: Eval, text: str) -> Command:
@@ -622,11 +618,7 @@ def _compare_to_text(name: str, ident: n.IdentifierNode, at: n.Node, operand: Ev
         values = [value, text] if final is MISSING else [value, text, final]
         if len(values) != 2 and not is_eq:
             return ex.call_function(name, values)
-        try:
-            result = fn(*values)
-        except _CALL_ERRORS as exc:
-            raise ex.call_error(name, exc) from None
-        return ex.check_size(result, what)
+        return ex.apply(name, fn, values, what)
 
     return compare
 
