@@ -147,12 +147,43 @@ _NO_IMAGES = _nil_slice("[]api.ImageData")
 _NO_CALLS = _nil_slice("[]template.templateToolCall")
 
 
+def _kept_only(key: bytes) -> GoStruct:
+    raise LookupError("the caller keeps these answers (Memo.known, Memo.keep)")
+
+
+# An agent's messages with tool calls come again on every later turn of its conversation: their conversions are
+# kept by the message's value as orjson writes it (7.6 µs each made, ~1 to know one again). Only those with little
+# text: a long text costs more to key than to convert.
+_CALL_MESSAGES: Memo[bytes, GoStruct] = Memo(_kept_only, 1024)
+_KEYED_TEXT = 2048
+
+
 def template_message(msg: Mapping[str, Any] | GoStruct) -> GoStruct:
     """A message as Ollama's *templateMessage."""
     if isinstance(msg, GoStruct):
         return msg
     if not isinstance(msg, (dict, Mapping)):
         raise TemplateError("a message must be an object")
+    key = _call_message_key(msg)
+    if key is None:
+        return _template_message(msg)
+    return _CALL_MESSAGES.known(key) or _CALL_MESSAGES.keep(key, _template_message(msg))
+
+
+def _call_message_key(msg: Mapping[str, Any]) -> bytes | None:
+    """The key of a message with tool calls and little text; None for any other."""
+    if not (msg.get("tool_calls") or msg.get("ToolCalls")):
+        return None
+    content = msg.get("content", msg.get("Content"))
+    if isinstance(content, str) and len(content) > _KEYED_TEXT:
+        return None
+    try:
+        return orjson.dumps(msg)
+    except TypeError:  # images' bytes, or anything orjson does not write: converted each time
+        return None
+
+
+def _template_message(msg: Mapping[str, Any]) -> GoStruct:
     wire = not _WIRE_MESSAGE_KEYS.keys().isdisjoint(msg)
     if wire:
         fields = {go: msg.get(key) for key, go in _WIRE_MESSAGE_KEYS.items()}
@@ -296,10 +327,6 @@ def _properties(value: Any, where: str) -> GoNamed:
 # a lone surrogate) is keyed as pickle writes it, without pickle's memo (`fast`), so that an equal tool gives the
 # same bytes however its strings are shared. Never read back: an answer is kept by
 # template_tool, made with the tool's index, which only an error names.
-def _kept_only(key: bytes) -> GoStruct:
-    raise LookupError("template_tool keeps its own answers")
-
-
 _TOOLS: Memo[bytes, GoStruct] = Memo(_kept_only, 1024)
 
 

@@ -574,3 +574,21 @@ def test_tools_that_differ_only_in_a_value_s_type_are_different_tools() -> None:
              for v in (1, True, "1", ["1"], 1.0, True)]
     assert [t.split('"enum":')[1].split("}")[0] for t in texts] == ["[1]", "[true]", '["1"]', '[["1"]]', "[1]",
                                                                      "[true]"]
+
+
+def test_a_message_with_tool_calls_is_converted_once_and_prints_as_itself() -> None:
+    """An agent's earlier tool calls come again every turn: each such message is converted once (by its value);
+    a changed call is a new message, and each prints its own call."""
+    from ollama_py.template import ollama_data
+
+    def calling(path: str) -> dict[str, object]:
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"id": "c1", "function": {"name": "read", "arguments": {"path": path}}}]}
+
+    first = ollama_data.template_message(calling("a.py"))
+    assert ollama_data.template_message(json.loads(json.dumps(calling("a.py")))) is first  # the next turn's copy
+    assert ollama_data.template_message(calling("b.py")) is not first
+    printed = "{{ range .Messages }}{{ range .ToolCalls }}{{ .Function.Name }}({{ .Function.Arguments }});{{ end }}{{ end }}"
+    turns = [HELLO, calling("a.py"), HELLO, calling("b.py"), HELLO, calling("a.py"), HELLO]
+    text = render_prompt(printed, messages=turns, tools=None, system=None, suffix=None, think=None)
+    assert text == 'read({"path":"a.py"});read({"path":"b.py"});read({"path":"a.py"});'
