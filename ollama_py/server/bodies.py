@@ -49,9 +49,16 @@ _BIG_EXPONENT = re.compile(rb"0e[+-]?000+[,\]}\s]")
 _INT64_DIGITS = b"0" * 19
 
 
-def maybe_huge_number(raw: bytes | bytearray) -> bool:
+def _numbers(raw: bytes | bytearray) -> tuple[bool, bool]:
+    """Whether a number in `raw` may pass float64's range, and whether one may be an integer past int64 (both from
+    one look at its digits)."""
     flat = raw.translate(_DIGITS_AS_ZERO)
-    return _LONG_DIGITS in flat or _BIG_EXPONENT.search(flat) is not None
+    huge = _LONG_DIGITS in flat or _BIG_EXPONENT.search(flat) is not None
+    return huge, huge or _INT64_DIGITS in flat
+
+
+def maybe_huge_number(raw: bytes | bytearray) -> bool:
+    return _numbers(raw)[0]
 
 
 def _reject_constant(name: str) -> Any:
@@ -261,9 +268,8 @@ def decode_json(raw: bytes) -> dict[str, Any]:
     fast as json: 72 vs 161 us for an agent's 80 KB) unless a number may be out of range or past int64; whatever
     orjson refuses (invalid JSON, NaN, a lone surrogate, UTF-16) is read by json's path, which says what is wrong
     or repairs what Go would."""
-    flat = raw.translate(_DIGITS_AS_ZERO)
-    huge = _LONG_DIGITS in flat or _BIG_EXPONENT.search(flat) is not None
-    if not huge and _INT64_DIGITS not in flat:
+    huge, past_int64 = _numbers(raw)
+    if not past_int64:
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:

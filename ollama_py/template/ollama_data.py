@@ -171,15 +171,15 @@ def template_message(msg: Mapping[str, Any] | GoStruct) -> GoStruct:
 
 
 def _call_message_key(msg: Mapping[str, Any]) -> bytes | None:
-    """The key of a message with tool calls and little text; None for any other."""
-    if not (msg.get("tool_calls") or msg.get("ToolCalls")):
+    """The key of a message with tool calls and little text (and no images); None for any other."""
+    if not (msg.get("tool_calls") or msg.get("ToolCalls")) or msg.get("images") or msg.get("Images"):
         return None
     content = msg.get("content", msg.get("Content"))
     if isinstance(content, str) and len(content) > _KEYED_TEXT:
         return None
     try:
         return orjson.dumps(msg)
-    except TypeError:  # images' bytes, or anything orjson does not write: converted each time
+    except TypeError:  # anything orjson does not write: converted each time
         return None
 
 
@@ -325,8 +325,8 @@ def _properties(value: Any, where: str) -> GoNamed:
 # 50 µs for twenty tools with real schemas). Tools come from request bodies, where Go's JSON rules refuse NaN and
 # infinities (which orjson would write as null, as None). What orjson does not take (a key that is not a string,
 # a lone surrogate) is keyed as pickle writes it, without pickle's memo (`fast`), so that an equal tool gives the
-# same bytes however its strings are shared. Never read back: an answer is kept by
-# template_tool, made with the tool's index, which only an error names.
+# same bytes however its strings are shared. Never read back: an answer is kept by template_tool, made with the
+# tool's index, which only an error names.
 _TOOLS: Memo[bytes, GoStruct] = Memo(_kept_only, 1024)
 
 
