@@ -100,9 +100,6 @@ class Executor:
     def push(self, name: str, value: Any) -> None:
         self.vars.append([name, value])
 
-    def pop(self, mark: int) -> None:
-        del self.vars[mark:]
-
     def set_var(self, name: str, value: Any) -> None:
         for entry in reversed(self.vars):
             if entry[0] == name:
