@@ -19,6 +19,7 @@ TemplateError, which the server answers with a 400.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -260,20 +261,43 @@ Walk: TypeAlias = Callable[[Executor, Any], None]  # (executor, dot): writes out
 Eval: TypeAlias = Callable[[Executor, Any], Any]  # (executor, dot) -> value
 Command: TypeAlias = Callable[[Executor, Any, Any], Any]  # (executor, dot, the previous command's value) -> value
 
-_CODE: dict[int, tuple[n.ListNode, Walk]] = {}  # id(tree) -> (tree, its code): trees are frozen and shared
+# id(tree) -> (tree, its code, whether that is final): trees are frozen and shared
+_CODE: dict[int, tuple[n.ListNode, Walk, bool]] = {}
 _CODE_KEPT = 512
+# Whether trees run generated code (codegen.py): None, where no event loop runs on the thread (compiling a tree
+# takes ~5 ms, longer than most renders: a render on the loop runs the closures until one in a thread has
+# compiled it); True or False: always or never (the tests run every template both ways).
+_GENERATE: bool | None = None
+
+
+def generate_code(mode: bool | None) -> None:
+    """Set _GENERATE; forgets the code kept."""
+    global _GENERATE
+    _GENERATE = mode
+    _CODE.clear()
 
 
 def compiled(root: n.ListNode) -> Walk:
-    """The code of a template's tree (or of a named template's), made on its first render and kept."""
+    """The code of a template's tree (or of a named template's): one generated function where the tree allows
+    and the thread may compile it, else the closures below. Kept."""
     got = _CODE.get(id(root))
+    may = _GENERATE if _GENERATE is not None else asyncio.events._get_running_loop() is None
     if got is not None and got[0] is root:
-        return got[1]
-    code = _walk_code(root)
-    if len(_CODE) >= _CODE_KEPT:
-        _CODE.clear()
-    _CODE[id(root)] = (root, code)
+        if got[2] or not may:
+            return got[1]
+        code = _generated(root) or got[1]
+    else:
+        code = (may and _generated(root)) or _walk_code(root)
+        if len(_CODE) >= _CODE_KEPT:
+            _CODE.clear()
+    _CODE[id(root)] = (root, code, may or _GENERATE is False)
     return code
+
+
+def _generated(root: n.ListNode) -> Walk | None:
+    from ollama_py.template import codegen  # (it builds on this module)
+
+    return codegen.generate(root)
 
 
 def _walk_code(node: n.Node) -> Walk:

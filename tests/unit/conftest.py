@@ -46,3 +46,16 @@ def tools_server(tmp_path: Path, tools_gguf: Path, aiohttp_server: Any) -> Calla
         return str(server.make_url("")).rstrip("/")
 
     return start
+
+
+@pytest.fixture(params=["closures", "generated"])
+def both_engines(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A template test run twice: by exec.py's closures, and by the function codegen.py generates for the tree
+    (what the server runs); both must give the same output and the same errors."""
+    from ollama_py.template import exec as template_exec
+
+    template_exec.generate_code(request.param == "generated")
+    try:
+        yield request.param
+    finally:
+        template_exec.generate_code(None)

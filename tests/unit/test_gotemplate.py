@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 from ollama_py.errors import TemplateError
 from ollama_py.template import parse_template
 
+# every template here rendered by both engines (conftest.both_engines)
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 DATA = {
     "S": "hello",
     "I": 42,

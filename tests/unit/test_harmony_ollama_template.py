@@ -14,6 +14,9 @@ from tests.fakes.gguf_files import write_tiny_gguf
 from tests.helpers.app import create_tiny_model
 from tests.helpers.paths import ROOT
 
+# every template here rendered by both engines (conftest.both_engines)
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 TEMPLATE = (ROOT / "tests" / "data" / "templates" / "gpt-oss.gotmpl").read_text()
 CONTROL = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>"]
 SEP = "§"

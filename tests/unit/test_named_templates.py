@@ -18,6 +18,9 @@ from ollama_py.template import parse_template, render_prompt
 from ollama_py.template.exec import Limits
 from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
+# every template here rendered by both engines (conftest.both_engines)
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 DATA = {"I": 17, "SI": [3, 4, 5], "S": "hello", "U": {"V": "v"}}
 # Go's multiText1 + multiText2, parsed in one piece (the defines print nothing at the top level)
 DEFINES = ('\n\t{{define "x"}}TEXT{{end}}\n\t{{define "dotV"}}{{.V}}{{end}}\n'

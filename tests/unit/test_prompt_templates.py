@@ -16,6 +16,9 @@ import pytest
 from ollama_py.errors import TemplateError
 from ollama_py.template import collate, render_prompt, template_uses, template_vars
 
+# every template here rendered by both engines (conftest.both_engines)
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 TEMPLATES = Path(__file__).parent / "templates"
 
 HELLO = {"role": "user", "content": "Hello, how are you?"}

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ollama_py.errors import TemplateError
+from ollama_py.template import exec as template_exec
 from ollama_py.template import parse_template, render_prompt
 from ollama_py.template.exec import Limits
 from ollama_py.template.funcs import FUNC_NAMES
@@ -226,3 +227,29 @@ def test_the_builder_reaches_the_executor() -> None:
 
     count()
     assert parsed >= tried * 0.6
+
+
+def _outcome(tmpl: Any, data: Any) -> tuple[str, str]:
+    try:
+        return "output", tmpl.execute(data, LIMITS)
+    except TemplateError as e:
+        return "error", str(e)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(text=templates(), data=datas)
+def test_generated_code_renders_as_the_closures_do(text: str, data: Any) -> None:
+    """codegen.py's function for a tree gives what exec.py's closures give: the same output, or the same error
+    (its words and the place it names), for any template and data."""
+    try:
+        tmpl = parse_template(text)
+    except TemplateError:
+        return
+    template_exec.generate_code(False)
+    try:
+        by_closures = _outcome(tmpl, data)
+        template_exec.generate_code(True)
+        by_code = _outcome(tmpl, data)
+    finally:
+        template_exec.generate_code(None)
+    assert by_code == by_closures

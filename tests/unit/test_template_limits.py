@@ -16,6 +16,9 @@ from ollama_py.template import parse_template
 from ollama_py.template.exec import Limits
 from tests.helpers.loop import loop_watch
 
+# every template here rendered by both engines (conftest.both_engines)
+pytestmark = pytest.mark.usefixtures("both_engines")
+
 
 def render(text: str, data: object = None, limits: Limits | None = None) -> str:
     tmpl = parse_template(text)
