@@ -96,10 +96,10 @@ def _call_function(ex: x.Executor, at: n.Node, name: str, *values: Any) -> Any:
     return ex.call_function(name, list(values))
 
 
-def _compare(ex: x.Executor, at: n.Node, name: str, value: Any, text: str) -> Any:
-    """eq/ne of a value that is not a string with a string constant."""
+def _compare(ex: x.Executor, at: n.Node, name: str, value: Any, constant: Any) -> Any:
+    """eq/ne of a value with a string or integer constant of another type."""
     ex.node = at
-    return ex.apply(name, funcs.BUILTINS[name][0], [value, text], f"the result of {name}")
+    return ex.apply(name, funcs.BUILTINS[name][0], [value, constant], f"the result of {name}")
 
 
 _RUNTIME = {"GS": GoStruct, "PLAIN": _PLAIN, "LENGTHS": frozenset({list, tuple, dict}), "MISSING": x.MISSING,
@@ -394,11 +394,17 @@ class _Gen:
             return value
         operands = [self.arg(p, name, i, dot) for i, p in enumerate(params)]
         where, label = self.const(at, "n"), self.const(name)
-        if name in ("eq", "ne") and len(params) == 2 and isinstance(params[1], n.StringNode):
-            t, text = self.temp(), self.const(params[1].text)
+        constant = params[1] if len(params) == 2 else None
+        known: Any = (constant.text if isinstance(constant, n.StringNode)
+                      else constant.value if isinstance(constant, n.NumberNode) and type(constant.value) is int
+                      else None)
+        if name in ("eq", "ne") and known is not None:
+            # `eq .Role "user"`, `eq (len $x) 1`: a value of the constant's own type compared at once
+            t, k = self.temp(), self.const(known)
             op = "==" if name == "eq" else "!="
-            slow = f"_compare(ex, {where}, {label}, {t}, {text})"
-            return f"(({t} {op} {text}) if type({t} := {operands[0]}) is str else {slow})"
+            slow = f"_compare(ex, {where}, {label}, {t}, {k})"
+            kind = type(known).__name__  # str or int: the builtins' names in the generated code
+            return f"(({t} {op} {k}) if type({t} := {operands[0]}) is {kind} else {slow})"
         fn, least, most = funcs.BUILTINS[name]
         count = len(operands)
         if name == "printf" or name in x._BUILDS_TEXT or (count < least if most is None else count != least):

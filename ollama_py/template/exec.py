@@ -15,6 +15,9 @@ Go's text/template runs for as long as a template asks; templates here come from
 the output and of any string built on the way, how deep templates call templates, and wall time (checked between
 nodes). Passing a bound is a
 TemplateError, which the server answers with a 400.
+
+The closures below are what a tree runs first; codegen.py turns a tree into one Python function with the same
+behaviour for the renders after (it calls these closures for every shape it does not write out itself).
 """
 
 from __future__ import annotations
