@@ -49,16 +49,13 @@ _BIG_EXPONENT = re.compile(rb"0e[+-]?000+[,\]}\s]")
 _INT64_DIGITS = b"0" * 19
 
 
-def _numbers(raw: bytes | bytearray) -> tuple[bool, bool]:
-    """Whether a number in `raw` may pass float64's range, and whether one may be an integer past int64 (both from
-    one look at its digits)."""
-    flat = raw.translate(_DIGITS_AS_ZERO)
-    huge = _LONG_DIGITS in flat or _BIG_EXPONENT.search(flat) is not None
-    return huge, huge or _INT64_DIGITS in flat
+def _huge(flat: bytes | bytearray) -> bool:
+    """Whether a number may pass float64's range, in a body whose digits read "0" (_DIGITS_AS_ZERO)."""
+    return _LONG_DIGITS in flat or _BIG_EXPONENT.search(flat) is not None
 
 
 def maybe_huge_number(raw: bytes | bytearray) -> bool:
-    return _numbers(raw)[0]
+    return _huge(raw.translate(_DIGITS_AS_ZERO))
 
 
 def _reject_constant(name: str) -> Any:
@@ -240,18 +237,28 @@ def _check_numbers(body: dict[str, Any]) -> None:
 MAX_DEPTH = 256
 _CONTAINERS = (dict, list)
 _COUNT_WINDOW = 1 << 20  # bytes a bracket count looks at in one C call
+_QUICK_DEPTH_BYTES = 4 << 20  # a body up to this size is written once by orjson to know it nests < 255 levels
 
 
 def _check_depth(body: Any, raw: bytes | bytearray) -> None:
-    """BadRequest when the decoded body nests deeper than MAX_DEPTH; free for a body with few brackets (counted a
-    window at a time: one count over 60 MB is a C call holding the GIL ~15 ms)."""
-    brackets = 0
-    for k in range(0, len(raw), _COUNT_WINDOW):
-        brackets += raw.count(b"[", k, k + _COUNT_WINDOW) + raw.count(b"{", k, k + _COUNT_WINDOW)
-        if brackets > MAX_DEPTH:
-            break
+    """BadRequest when the decoded body nests deeper than MAX_DEPTH. A body up to a few MiB is written once by
+    orjson, whose writer refuses 255+ levels (19 us for an agent's 80 KB; the walk below took 110); a larger one is
+    free when it has few brackets (counted a window at a time: one count over 60 MB is a C call holding the GIL
+    ~15 ms). Anything else is walked."""
+    if len(raw) <= _QUICK_DEPTH_BYTES:
+        try:
+            orjson.dumps(body)
+            return
+        except orjson.JSONEncodeError:  # that many levels, or an integer past 64 bits (json's path read it)
+            pass
     else:
-        return
+        brackets = 0
+        for k in range(0, len(raw), _COUNT_WINDOW):
+            brackets += raw.count(b"[", k, k + _COUNT_WINDOW) + raw.count(b"{", k, k + _COUNT_WINDOW)
+            if brackets > MAX_DEPTH:
+                break
+        else:
+            return
     # level by level, each level's non-empty containers gathered in one comprehension (a walk with a stack of
     # (node, depth) pairs took as long as decoding an agent's 80 KB body did)
     level: list[Any] = [body]
@@ -268,8 +275,8 @@ def decode_json(raw: bytes) -> dict[str, Any]:
     fast as json: 72 vs 161 us for an agent's 80 KB) unless a number may be out of range or past int64; whatever
     orjson refuses (invalid JSON, NaN, a lone surrogate, UTF-16) is read by json's path, which says what is wrong
     or repairs what Go would."""
-    huge, past_int64 = _numbers(raw)
-    if not past_int64:
+    flat = raw.translate(_DIGITS_AS_ZERO)  # one look at the digits says what may be out of orjson's reach
+    if _INT64_DIGITS not in flat:  # (an integer past int64 has 19 digits or more; so has one past float64)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -280,7 +287,7 @@ def decode_json(raw: bytes) -> dict[str, Any]:
             _check_depth(body, raw)
             return body
     try:
-        if huge:
+        if _huge(flat):  # (orjson refuses a number past float64's range: 1e400 is found here)
             body = json.loads(raw, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int)
         else:
             body = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))  # json.loads, made once

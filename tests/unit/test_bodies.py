@@ -169,3 +169,18 @@ def test_a_surrogate_pair_is_one_character_and_a_lone_half_is_replaced() -> None
     for lone in (b'{"e": "\\ud83d x"}', b'{"e": "x \\ude00"}', b'{"e": "\\ude00\\ud83d"}', b'{"e": "\\ud800\\ud800"}'):
         assert _LONE_SURROGATE.search(lone) is not None, lone
         assert "\ufffd" in decode_json(lone)["e"]
+
+
+@pytest.mark.parametrize(("depth", "refused"), [(40, False), (254, False), (255, False), (256, False),
+                                                (257, True), (300, True)])
+def test_a_bodys_depth_is_refused_past_256_levels_exactly(depth: int, refused: bool) -> None:
+    """Nesting up to MAX_DEPTH passes, one level more is refused, whichever way it is found (orjson's writer knows
+    a body under 255 levels at once; deeper ones are walked)."""
+    from ollama_py.server.bodies import decode_json
+
+    raw = ('{"model": "tiny", "format": ' + nested(depth - 1) + "}").encode()  # the body itself is one level
+    if refused:
+        with pytest.raises(BadRequest, match="nested deeper than 256 levels"):
+            decode_json(raw)
+    else:
+        assert decode_json(raw) == json.loads(raw)
