@@ -16,8 +16,9 @@ the output and of any string built on the way, how deep templates call templates
 nodes). Passing a bound is a
 TemplateError, which the server answers with a 400.
 
-The closures below are what a tree runs first; codegen.py turns a tree into one Python function with the same
-behaviour for the renders after (it calls these closures for every shape it does not write out itself).
+codegen.py turns a tree into one Python function with the behaviour of the closures below (calling them for every
+shape it does not write out itself); the closures run a tree it does not take, and renders on an event loop's
+thread until a render elsewhere has compiled the tree.
 """
 
 from __future__ import annotations
