@@ -183,7 +183,20 @@ def _call_message_key(msg: Mapping[str, Any]) -> bytes | None:
         return None
 
 
+# The wire keys a message of plain text has (a user's, a tool's result, an answer without calls): such a message
+# is made at once when each value is a string (2.5 -> ~1 us; an agent's turn has dozens).
+_TEXT_KEYS = frozenset({"role", "content", "thinking", "tool_name", "tool_call_id"})
+
+
 def _template_message(msg: Mapping[str, Any]) -> GoStruct:
+    if type(msg) is dict and _TEXT_KEYS.issuperset(msg):
+        role, content = msg.get("role", ""), msg.get("content", "")
+        thinking, name, call_id = msg.get("thinking", ""), msg.get("tool_name", ""), msg.get("tool_call_id", "")
+        if type(role) is str and type(content) is str and type(thinking) is str and type(name) is str \
+                and type(call_id) is str:
+            return GoStruct("template.templateMessage", {
+                "Role": role, "Content": content, "Thinking": thinking, "Images": _NO_IMAGES, "ToolCalls": _NO_CALLS,
+                "ToolName": name, "ToolCallID": call_id}, pointer=True)
     wire = not _WIRE_MESSAGE_KEYS.keys().isdisjoint(msg)
     if wire:
         fields = {go: msg.get(key) for key, go in _WIRE_MESSAGE_KEYS.items()}
