@@ -171,7 +171,6 @@ class _Gen:
         self._temps = itertools.count()
         self.scope: list[str] = ["$"]  # the names in ex.vars at this point of the code
         self.loops = 0  # Python loops around this point (for {{break}} and {{continue}})
-        self.count = 0  # nodes seen
 
     # -- plumbing --
     def const(self, obj: Any, prefix: str = "k") -> str:
@@ -188,11 +187,6 @@ class _Gen:
 
     def line(self, indent: int, text: str) -> None:
         self.lines.append("    " * indent + text)
-
-    def seen(self) -> None:
-        self.count += 1
-        if self.count > MAX_NODES:
-            raise _Unsupported
 
     def resolve(self, name: str) -> int:
         for i in range(len(self.scope) - 1, -1, -1):
@@ -213,7 +207,6 @@ class _Gen:
         return "\n".join(self.lines) + "\n"
 
     def block(self, node: n.ListNode, indent: int, dot: str) -> None:
-        self.seen()
         before = len(self.lines)
         for child in node.nodes:
             self.statement(child, indent, dot)
@@ -225,7 +218,6 @@ class _Gen:
         self.line(indent, f"ex.size = S; {walk}(ex, {dot}); S = ex.size")
 
     def statement(self, node: n.Node, indent: int, dot: str) -> None:
-        self.seen()
         if isinstance(node, n.TextNode):
             if node.text:
                 self.line(indent, f"S += {len(node.text)}")
@@ -265,12 +257,10 @@ class _Gen:
         """if and with (and their else-if / else-with chains, as elif): the variables declared in it last to
         {{end}}."""
         base = len(self.scope)
-        pushes = False
+        pushes = _declares(node)  # (its else-if chain included)
         keyword = "if"
         current: n.BranchNode | None = node
         while current is not None:
-            self.seen()
-            pushes = pushes or _declares(current)
             condition, value = self.truth(self.pipe(current.pipe, indent, dot))
             self.line(indent, f"{keyword} {condition}:")
             inner = len(self.scope)
@@ -375,7 +365,6 @@ class _Gen:
 
     def command(self, cmd: n.CommandNode, dot: str) -> str:
         """The first command of a pipeline (nothing piped into it)."""
-        self.seen()
         first, args = cmd.args[0], cmd.args
         fallback = f"{self.const(x._command_code(cmd), 'c')}(ex, {dot}, MISSING)"
         alone = len(args) == 1
@@ -386,7 +375,6 @@ class _Gen:
         return self.term(first, dot, fallback, None, 0)
 
     def arg(self, arg: n.Node, func_name: str | None, position: int, dot: str) -> str:
-        self.seen()
         fallback = f"{self.const(x._arg_code(arg, func_name, position), 'a')}(ex, {dot})"
         if isinstance(arg, n.IdentifierNode):  # a function called with no arguments
             return fallback
