@@ -66,11 +66,11 @@ def build_argv(spec: LaunchSpec, binary: Path | str, port: int) -> list[str]:
         # verbosity 4 makes llama-server print its buffer sizes per device, which the scheduler reads back
         # to report real memory use (estimate/memory.parse_llama_server_buffers)
         "-lv", "4",
-        # llama-server's HTTP threads (its default: max(slots + 2, cores - 1)), one a connection: the gateway's
+        # llama-server's HTTP threads (its default: max(slots + 4, cores - 1)), one a connection: the gateway's
         # streams (one a slot), as many requests in llama-server's own queue (scheduler/policy.runner_queue),
-        # the spare connection (runner/sse.Spare, held up to 5 s) and room beside them, so a tokenize or a
+        # as many spare connections (runner/sse.Spare, held up to 3 s) and room beside them, so a tokenize or a
         # /metrics call never queues behind them.
-        "--threads-http", str(max(2 * spec.parallel + 4, (os.cpu_count() or 1) - 1)),
+        "--threads-http", str(max(3 * spec.parallel + 4, (os.cpu_count() or 1) - 1)),
     ]
     if spec.parallel > 1:
         argv += ["--kv-unified", "--kv-unified-per-slot", str(spec.num_ctx)]

@@ -32,13 +32,15 @@ class LlamaClient:
     """read_timeout: the longest silence allowed while waiting for a response or between stream events
     (llama-server streams tokens and pings idle SSE streams, so a long silence means it is hung); None waits
     forever. api_key: the runner's key, sent as a bearer token on every request. max_calls: the calls of
-    `post_each` bursts in flight to this runner at once (and the connections one burst uses)."""
+    `post_each` bursts in flight to this runner at once (and the connections one burst uses). spares: the most
+    connections opened ahead of streams (sse.Spare; the runner's slots)."""
 
     MAX_CALLS = 4
 
     def __init__(self, base_url: str, *, read_timeout: float | None = None, api_key: str = "",
-                 max_calls: int = MAX_CALLS) -> None:
+                 max_calls: int = MAX_CALLS, spares: int = 1) -> None:
         self.max_calls = max_calls
+        self._spares = spares
         self._calls = asyncio.Semaphore(max_calls)
         self.read_timeout = read_timeout
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -62,7 +64,7 @@ class LlamaClient:
             self._spare.close()
             self._spare = None
         if url:
-            self._spare = sse.Spare(self._host, self._port, self.read_timeout)
+            self._spare = sse.Spare(self._host, self._port, self.read_timeout, self._spares)
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -434,7 +434,7 @@ class Scheduler:
         read_timeout = None if math.isinf(self.settings.request_timeout) else self.settings.request_timeout
         loaded = Loaded(
             name=name, model=model, plan=plan, runner=runner,
-            client=LlamaClient("", read_timeout=read_timeout, api_key=runner.api_key),
+            client=LlamaClient("", read_timeout=read_timeout, api_key=runner.api_key, spares=plan.spec.parallel),
             # its slots and its own queue
             slots=asyncio.Semaphore(plan.spec.parallel + policy.runner_queue(plan.spec.parallel)),
             session_duration=self._keep_alive_of(model) if keep_alive is None else keep_alive,

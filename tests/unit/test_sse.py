@@ -362,12 +362,15 @@ class Runner:
     """A llama-server stand-in that answers each request with EVENTS and closes, as llama-server does a stream;
     `drop` lists the connections (1-based, in accept order) it closes unanswered once their request has come."""
 
-    def __init__(self, drop: tuple[int, ...] = ()) -> None:
+    def __init__(self, drop: tuple[int, ...] = (), together: int = 1) -> None:
         self.accepted = 0
         self.answered: list[int] = []
         self.closed_idle = 0
         self.drop = drop
         self.server: asyncio.Server | None = None
+        self.together = together  # requests held unanswered until this many have come (streams at once)
+        self._requests = 0
+        self._all_in = asyncio.Event()
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._on_client, "127.0.0.1", 0)
@@ -385,6 +388,12 @@ class Runner:
         if n in self.drop:
             writer.close()
             return
+        self._requests += 1
+        if self._requests % self.together == 0:
+            self._all_in.set()
+        await self._all_in.wait()
+        if self._requests % self.together == 0:
+            self._all_in.clear()
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
                      + chunked(SSE))
         await writer.drain()
@@ -432,6 +441,50 @@ def test_a_stream_right_after_another_goes_on_the_spare_connection() -> None:
     assert used == [False, True, True]  # the first connects itself; each later one finds its connection open
     assert runner.answered == [1, 2, 3]  # one connection a request...
     assert runner.accepted == 4 and runner.closed_idle == 1  # ...and the last spare, closed unused
+
+
+def test_streams_at_once_leave_as_many_spares_for_the_next_ones_up_to_the_slots() -> None:
+    """A burst of requests finds a connection open for each (up to `most`, the runner's slots): none of them
+    waits for a connect, during which every other request's work ready on the loop would run first."""
+    from ollama_py.runner.sse import Spare
+
+    async def main() -> tuple[list[bool], list[bool], list[bool], Runner]:
+        runner = Runner(together=3)
+        port = await runner.start()
+        spare = Spare("127.0.0.1", port, 5, most=2)
+        streams: set[Any] = set()
+
+        async def burst() -> list[bool]:
+            taps = [Tap() for _ in range(3)]
+            got = await asyncio.gather(*(
+                _collect(stream_events("127.0.0.1", port, "/completion", {"prompt": "x"}, read_timeout=5,
+                                       streams=streams, spare=spare, tap=tap)) for tap in taps))
+            assert got == [EVENTS] * 3
+            await _settle()
+            return [bool(tap.stream and tap.stream.spare) for tap in taps]
+
+        try:
+            first, second = await burst(), await burst()
+            runner.together = 1
+            tap = Tap()
+            assert await _events(port, spare, tap) == EVENTS  # alone: the spare the burst left...
+            await _settle()
+            alone = [bool(tap.stream and tap.stream.spare)]
+            return first, second, alone, runner
+        finally:
+            spare.close()
+            await _settle()
+            runner.close()
+
+    first, second, alone, runner = asyncio.run(main())
+    assert first == [False] * 3  # nothing open yet
+    assert sorted(second) == [False, True, True]  # two spares (the most), the third connected itself
+    assert alone == [True]
+    assert runner.closed_idle == 1  # ...and after it one spare, not two: one stream was in flight
+
+
+async def _collect(events: Any) -> list[dict]:
+    return [e async for e in events]
 
 
 def test_a_spare_the_runner_closed_as_the_request_went_out_is_sent_again_on_a_new_connection() -> None:
