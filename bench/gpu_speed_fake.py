@@ -1,7 +1,7 @@
 """The gateway's per-request cost at GPU speed: ollama-py over the fake llama-server set to a GPU's pace, beside
 the same fake runner process called directly (issue 38).
 
-    .venv/bin/python bench/gpu_speed_fake.py [--rounds 30] [--conc-rounds 4] [--label after]
+    .venv/bin/python bench/gpu_speed_fake.py [--rounds 30] [--conc-rounds 8] [--label after]
 
 A CPU llama-server's 10-20 ms first token hides the gateway's few milliseconds; a fake that answers its first
 token after FAKE_PROMPT_DELAY (2 ms) and then one token per FAKE_TOKEN_DELAY (1 ms, ~1,000 tokens/s) does not.
@@ -24,7 +24,8 @@ medians of the per-round pairs (the machine is shared: pairs share its load at t
                of Qwen's shape, a ~70 KB body) through /v1/chat/completions vs the fake's /completion given the very
                prompt the gateway renders for it (the gateway's /api/chat `_debug_render_only`): the gateway's own
                work on such a request. Reported, not one of the issue's targets (those are for short requests)
-  conc16       16 clients at once on 4 slots, 64 tokens each: aggregate tokens/s ratio
+  conc16       16 clients at once on 4 slots, 64 tokens each: aggregate tokens/s ratio, and the aiohttp floor
+               relay's (below) in the same rounds: how much of the gap any aiohttp gateway has here
   cpu          the serve process's CPU (/proc schedstat) per 8-token request, and per token from a 512-token one
   floors       the native request through two relays in front of the same fake, beside it direct: the least any
                relay costs on this machine (bench/relay_floor.c: C, blocking sockets) and the least an aiohttp
@@ -209,22 +210,34 @@ class Bench:
             diffs.append(((c2 - c1) - (c1 - c0)) / 504 * 1e6)
         return median(diffs) or 0.0
 
-    async def concurrency(self, rounds: int, clients: int = 16, n: int = 64) -> dict[str, Any]:
+    async def concurrency(self, rounds: int, clients: int = 16, n: int = 64,
+                          relay: str | None = None) -> dict[str, Any]:
+        """`clients` requests at once through the gateway, and to the fake directly (and through the aiohttp floor
+        relay at `relay`, its URL), order rotated each round: the aggregate chunks/s ratio to direct of the
+        same round, per side."""
         gw, direct = self.cases(n)["native"]
-        ratios, rates = [], {"g": [], "d": []}
+        body = {"prompt": "hi", "n_predict": n, "stream": True, "temperature": 0, "cache_prompt": True}
+        sides: list[tuple[str, Any]] = [("d", direct), ("g", gw)]
+        if relay is not None:
+            sides.append(("r", lambda: timed(self.session, relay + "/completion", body)))
+        ratios: dict[str, list[float]] = {"g": [], "r": []}
+        rates: dict[str, list[float]] = {"g": [], "d": [], "r": []}
         for i in range(rounds):
             got = {}
-            for side in (("d", "g") if i % 2 == 0 else ("g", "d")):
-                fn = gw if side == "g" else direct
+            for side, fn in sides[i % len(sides):] + sides[:i % len(sides)]:
                 t0 = time.perf_counter()
                 results = await asyncio.gather(*(fn() for _ in range(clients)))
                 wall = time.perf_counter() - t0
                 got[side] = sum(r[2] for r in results) / wall
                 rates[side].append(got[side])
-            ratios.append(got["g"] / got["d"])
-        return {"ratio": median(ratios), "gateway_chunks_per_s": median(rates["g"]),
-                "direct_chunks_per_s": median(rates["d"])}
-
+            for side in got:
+                if side != "d":
+                    ratios[side].append(got[side] / got["d"])
+        out = {"ratio": median(ratios["g"]), "gateway_chunks_per_s": median(rates["g"]),
+               "direct_chunks_per_s": median(rates["d"])}
+        if relay is not None:
+            out["aiohttp_relay_ratio"] = median(ratios["r"])
+        return out
 
     async def floors(self, rounds: int, relays: dict[str, str]) -> dict[str, Any]:
         """The native request direct, through the gateway and through each relay (name -> its URL, in front of
@@ -280,7 +293,9 @@ def table(res: dict[str, Any]) -> str:
     c = res["conc16"]
     rows.append("")
     rows.append(f"16 clients on 4 slots, 64 tokens each: aggregate gateway/direct **{c['ratio']:.3f}** "
-                f"({c['gateway_chunks_per_s']:.0f} vs {c['direct_chunks_per_s']:.0f} chunks/s); gateway CPU per "
+                f"({c['gateway_chunks_per_s']:.0f} vs {c['direct_chunks_per_s']:.0f} chunks/s)"
+                + (f", the aiohttp floor relay {c['aiohttp_relay_ratio']:.3f} in the same rounds"
+                   if "aiohttp_relay_ratio" in c else "") + "; gateway CPU per "
                 f"relayed token {res['cpu_per_token_us']:.0f} µs; load {res['load']}; CPU {res.get('cpu', '?')}.")
     if res.get("floors"):
         rows.append("")
@@ -349,19 +364,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await bench.round_trip(3)  # warm-up: connections, caches, the first render of each shape
             cases = await bench.round_trip(args.rounds)
             per_token = await bench.per_token_cpu(max(3, args.rounds // 5))
-            conc = await bench.concurrency(args.conc_rounds)
             floors: dict[str, Any] = {}
-            if args.floor_rounds:
-                relays, floor_procs = start_floors(tmp, bench.direct, runner_key(serve, "fake_llama_server.py"))
-                try:
-                    for url in relays.values():
-                        await wait_listening(int(url.rsplit(":", 1)[1]))
+            relays, floor_procs = (start_floors(tmp, bench.direct, runner_key(serve, "fake_llama_server.py"))
+                                   if args.floor_rounds else ({}, []))
+            try:
+                for url in relays.values():
+                    await wait_listening(int(url.rsplit(":", 1)[1]))
+                # (the C relay answers one connection at a time: no side for many clients at once)
+                conc = await bench.concurrency(args.conc_rounds, relay=relays.get("aiohttp relay"))
+                if relays:
                     await bench.floors(4, relays)  # warm-up
                     floors = await bench.floors(args.floor_rounds, relays)
-                finally:
-                    for proc in floor_procs:
-                        proc.terminate()
-                        proc.wait(10)
+            finally:
+                for proc in floor_procs:
+                    proc.terminate()
+                    proc.wait(10)
             return {"floors": floors, "floor_rounds": args.floor_rounds,
                     "label": args.label, "rounds": args.rounds, "pinned": args.pin, "clock": args.clock,
                     "cases": cases, "conc16": conc,
@@ -377,7 +394,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--conc-rounds", type=int, default=4)
+    ap.add_argument("--conc-rounds", type=int, default=8)
     ap.add_argument("--label", default="now")
     ap.add_argument("--floor-rounds", type=int, default=40,
                     help="rounds of the floor relays (C, aiohttp) beside the direct fake; 0: none")
