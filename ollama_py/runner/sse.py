@@ -368,19 +368,29 @@ class Spare:
 
     def take(self) -> SSEStream | None:
         """A spare connection, fresh and open (the oldest such), else None."""
-        while self._ready:
-            stream, opened = self._ready.popleft()
-            if stream._closed or stream._error is not None or time.monotonic() - opened > SPARE_SECONDS:
-                stream.close()
-                continue
-            stream._rearm()
-            stream.spare = True
-            return stream
-        return None
+        self._drop_stale()
+        if not self._ready:
+            return None
+        stream = self._ready.popleft()[0]
+        stream._rearm()
+        stream.spare = True
+        return stream
+
+    def _drop_stale(self) -> None:
+        """Close the spares the runner closed, or that waited past SPARE_SECONDS (the oldest first: they were
+        opened in turn); one closed early by the runner is dropped wherever it is."""
+        now = time.monotonic()
+        while self._ready and now - self._ready[0][1] > SPARE_SECONDS:
+            self._ready.popleft()[0].close()
+        if any(s._closed or s._error is not None for s, _ in self._ready):
+            for entry in [e for e in self._ready if e[0]._closed or e[0]._error is not None]:
+                self._ready.remove(entry)
+                entry[0].close()
 
     def refill(self, want: int = 1) -> None:
         """Open spare connections in the background until `want` (at most `most`) are open or opening."""
         want = min(max(want, 1), self._most)
+        self._drop_stale()
         loop = asyncio.get_running_loop()
         while not self._closed and len(self._ready) + len(self._opening) < want:
             task = loop.create_task(self._open())

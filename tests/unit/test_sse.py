@@ -483,6 +483,39 @@ def test_streams_at_once_leave_as_many_spares_for_the_next_ones_up_to_the_slots(
     assert runner.closed_idle == 1  # ...and after it one spare, not two: one stream was in flight
 
 
+def test_spares_that_waited_too_long_are_closed_and_opened_anew_when_a_stream_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ollama_py.runner import sse
+
+    async def main() -> tuple[bool, int, Runner]:
+        runner = Runner(together=2)
+        port = await runner.start()
+        spare = sse.Spare("127.0.0.1", port, 5, most=2)
+        streams: set[Any] = set()
+        try:
+            await asyncio.gather(*(_collect(stream_events("127.0.0.1", port, "/completion", {"prompt": "x"},
+                                                          read_timeout=5, streams=streams, spare=spare))
+                                   for _ in range(2)))
+            await _settle()  # two spares open
+            monkeypatch.setattr(sse, "SPARE_SECONDS", 0.0)
+            runner.together = 1
+            tap = Tap()
+            assert await _events(port, spare, tap) == EVENTS  # both too old: closed, and a connection of its own
+            monkeypatch.setattr(sse, "SPARE_SECONDS", 3.0)
+            await _settle()
+            opened = len(spare._ready)
+            return bool(tap.stream and tap.stream.spare), opened, runner
+        finally:
+            spare.close()
+            await _settle()
+            runner.close()
+
+    used, opened, runner = asyncio.run(main())
+    assert not used
+    assert opened == 1  # one stream was in flight: one spare, fresh
+    assert runner.closed_idle == 3  # the two stale ones, and the fresh one closed with the pool
+
+
 async def _collect(events: Any) -> list[dict]:
     return [e async for e in events]
 
