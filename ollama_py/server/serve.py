@@ -32,6 +32,10 @@ def configure_logging(settings: Settings) -> BackgroundStderrHandler:
     """Log lines to stderr from a thread of their own (server/log_output.py): a stderr nobody reads stops no client."""
     handler = BackgroundStderrHandler()
     handler.setFormatter(logging.Formatter("time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"))
+    # The line names no caller, thread or process: a record need not look them up (the logging HOWTO's
+    # "Optimization"; the caller's frame walk and a getpid system call were a fifth of an access line's cost).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO, handlers=[handler], force=True)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     return handler
