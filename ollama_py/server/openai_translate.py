@@ -15,12 +15,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import struct
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
+
+import orjson
 
 from ollama_py.api.wire import Message, Tool, ToolCall
 from ollama_py.errors import BadRequest
@@ -184,6 +187,22 @@ def image_data(url: Any) -> str:
     return data
 
 
+def _arguments(text: str) -> Any:
+    """A call's arguments decoded: orjson (an agent's turn repeats every call its conversation made: 20 of them
+    4 vs 23 us), json for what orjson refuses (NaN, 1e400, lone surrogates: json takes them as it always did here,
+    and says what is wrong with the rest) and for integers of 19 digits or more (past 64 bits orjson reads a
+    float)."""
+    if _LONG_INTEGER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
+_LONG_INTEGER = re.compile(r"[0-9]{19}")
+
+
 def _tool_calls(calls: Any) -> list[ToolCall]:
     """OpenAI tool calls (arguments as a JSON string) -> native ones (arguments as an object)."""
     if not isinstance(calls, list):
@@ -196,7 +215,7 @@ def _tool_calls(calls: Any) -> list[ToolCall]:
         args = fn.get("arguments")
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
+                args = _arguments(args) if args.strip() else {}
             except ValueError:
                 raise BadRequest("invalid tool call arguments") from None
         if args is None:

@@ -34,7 +34,7 @@ import orjson
 from ollama_py.errors import TemplateError
 from ollama_py.memo import Memo
 from ollama_py.template.gojson import marshal, marshal_ordered
-from ollama_py.template.values import GoNamed, GoStruct, JsonField
+from ollama_py.template.values import GoNamed, GoStruct, JsonField, plain_struct
 
 _WIRE_MESSAGE_KEYS = {
     "role": "Role",
@@ -194,7 +194,7 @@ def _template_message(msg: Mapping[str, Any]) -> GoStruct:
         thinking, name, call_id = msg.get("thinking", ""), msg.get("tool_name", ""), msg.get("tool_call_id", "")
         if type(role) is str and type(content) is str and type(thinking) is str and type(name) is str \
                 and type(call_id) is str:
-            return GoStruct("template.templateMessage", {
+            return plain_struct("template.templateMessage", {
                 "Role": role, "Content": content, "Thinking": thinking, "Images": _NO_IMAGES, "ToolCalls": _NO_CALLS,
                 "ToolName": name, "ToolCallID": call_id}, pointer=True)
     wire = not _WIRE_MESSAGE_KEYS.keys().isdisjoint(msg)
@@ -211,7 +211,7 @@ def _template_message(msg: Mapping[str, Any]) -> GoStruct:
     images = fields["Images"]
     if images is not None and not isinstance(images, (list, tuple)):
         raise TemplateError("images must be an array")
-    return GoStruct(
+    return plain_struct(
         "template.templateMessage",
         {
             "Role": _expect(fields["Role"], str, "role", ""),

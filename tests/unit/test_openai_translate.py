@@ -81,6 +81,24 @@ def test_chat_request_errors(body: dict[str, Any], message: str) -> None:
     assert str(e.value).startswith(message)
 
 
+@pytest.mark.parametrize("arguments, expected", [
+    ('{"city": "Paris", "days": 3, "hot": true, "t": -0.5, "tags": ["a"]}',
+     {"city": "Paris", "days": 3, "hot": True, "t": -0.5, "tags": ["a"]}),
+    ('{"id": 123456789012345678901234567890}', {"id": 123456789012345678901234567890}),  # an integer, exact
+    ('{"id": 18446744073709551616}', {"id": 18446744073709551616}),
+    ('{"x": 1e400}', {"x": float("inf")}),
+    ('{"s": "\\ud800x"}', {"s": "\ud800x"}),
+    ('{"a": 1, "a": 2}', {"a": 2}),
+    ("  ", {}),
+], ids=["plain", "past-64-bits", "2**64", "past-float64", "lone-surrogate", "duplicate-key", "blank"])
+def test_tool_call_arguments_decode_to_the_same_values_however_they_are_read(arguments: str, expected: Any) -> None:
+    msgs = oai.chat_messages([{"role": "assistant", "content": None,
+                               "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": arguments}}]}])
+    got = msgs[0]["tool_calls"][0]["function"]["arguments"]
+    assert got == expected
+    assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
 def test_content_parts_become_one_message_each_with_images_decoded() -> None:
     png = base64.b64encode(b"\x89PNG fake").decode()
     msgs = oai.chat_messages([{"role": "user", "content": [
