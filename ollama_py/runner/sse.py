@@ -377,15 +377,15 @@ class Spare:
         return stream
 
     def _drop_stale(self) -> None:
-        """Close the spares the runner closed, or that waited past SPARE_SECONDS (the oldest first: they were
-        opened in turn); one closed early by the runner is dropped wherever it is."""
+        """Close the spares the runner closed, or that waited past SPARE_SECONDS (a few at most: one a slot)."""
         now = time.monotonic()
-        while self._ready and now - self._ready[0][1] > SPARE_SECONDS:
-            self._ready.popleft()[0].close()
-        if any(s._closed or s._error is not None for s, _ in self._ready):
-            for entry in [e for e in self._ready if e[0]._closed or e[0]._error is not None]:
-                self._ready.remove(entry)
-                entry[0].close()
+        fresh: collections.deque[tuple[SSEStream, float]] = collections.deque()
+        for stream, opened in self._ready:
+            if stream._closed or stream._error is not None or now - opened > SPARE_SECONDS:
+                stream.close()
+            else:
+                fresh.append((stream, opened))
+        self._ready = fresh
 
     def refill(self, want: int = 1) -> None:
         """Open spare connections in the background until `want` (at most `most`) are open or opening."""
