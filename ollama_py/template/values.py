@@ -23,6 +23,7 @@ Two wrappers carry what plain Python cannot:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -76,9 +77,9 @@ class GoNamed:
 
 
 _NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+# (from the dataclass's own fields, in order: a field added to GoStruct fails this unpacking at import)
 _SET_TYPE, _SET_FIELDS, _SET_POINTER, _SET_STRING, _SET_TAGS, _SET_MARSHAL, _SET_EXTRA = (
-    GoStruct.__dict__[name].__set__
-    for name in ("type_name", "fields", "pointer", "string", "json_fields", "marshal_json", "extra"))
+    GoStruct.__dict__[f.name].__set__ for f in dataclasses.fields(GoStruct))
 
 
 def plain_struct(type_name: str, fields: Mapping[str, Any], pointer: bool = False) -> GoStruct:
