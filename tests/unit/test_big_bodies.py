@@ -229,3 +229,22 @@ async def test_big_bodies_pause_the_cycle_collector_only_while_they_are_served(s
     ids, more = list(range(300_000)), [1] * 200_000
     await release([ids, more])
     assert ids == [] and more == []
+
+
+_BIG = "x" * ((256 << 10) + 1)  # one character past what a runner body may hold before it is encoded in a thread
+
+
+@pytest.mark.parametrize(("body", "bulky"), [
+    ({"prompt": "hi", "n_predict": 8, "stream": True, "response_fields": ["content", "tokens", "stop"]}, False),
+    ({"prompt": _BIG, "n_predict": 8}, True),
+    ({"prompt": "hi", "messages": [{"role": "user", "content": _BIG}]}, True),  # a message's content
+    ({"a": {"b": {"c": {"d": _BIG}}}}, True),  # a string in a container three levels down
+    ({"a": {"b": {"c": {"d": {"e": _BIG}}}}}, False),  # four levels down: not looked at
+    ({"prompt": list(range(40_000))}, True),  # token ids, by count
+    ({"prompt": [*range(100), _BIG]}, False),  # only a list's first 64 items are looked into
+    ({"prompt": [1, 2.5, None, True, "x"], "seed": 1, "temperature": 0.0}, False),
+])
+def test_a_runner_body_is_encoded_in_a_thread_when_it_holds_a_long_text_or_many_items(body, bulky):
+    from ollama_py.runner.sse import _bulky
+
+    assert _bulky(body) is bulky
