@@ -363,7 +363,7 @@ def _environment() -> _Sandbox:
     return env
 
 
-_COMPILED: collections.OrderedDict[str, jinja2.Template] = collections.OrderedDict()
+_COMPILED: collections.OrderedDict[str, tuple[jinja2.Template, dict[str, Any]]] = collections.OrderedDict()
 _COMPILED_KEPT = 64
 _compile_lock = threading.Lock()
 
@@ -385,23 +385,39 @@ def is_compiled(source: str) -> bool:
     return source in _COMPILED
 
 
-def _compiled(source: str) -> jinja2.Template:
-    """The template compiled (the last _COMPILED_KEPT compiled are kept)."""
-    template = _COMPILED.get(source)
-    if template is not None:
-        return template
+def _compiled(source: str) -> tuple[jinja2.Template, dict[str, Any]]:
+    """The template compiled, with its globals as one dict (the last _COMPILED_KEPT compiled are kept). jinja2
+    keeps a template's globals as a ChainMap over the environment's, and copies it into each render's context:
+    ~30 calls a render, done here once."""
+    compiled = _COMPILED.get(source)
+    if compiled is not None:
+        return compiled
     try:
         template = _environment().from_string(source)
     except jinja2.TemplateError as e:
         raise JinjaUnsupported(f"chat template does not parse: {e}") from None
     except RecursionError:
         raise JinjaUnsupported("chat template nests too deeply") from None
+    compiled = (template, dict(template.globals))
     with _compile_lock:
-        _COMPILED[source] = template
+        _COMPILED[source] = compiled
         _COMPILED.move_to_end(source)
         while len(_COMPILED) > _COMPILED_KEPT:
             _COMPILED.popitem(last=False)
-    return template
+    return compiled
+
+
+_DATES: list[Any] = [None, "", ""]  # [the second they are for, datetime, date_string]
+
+
+def _dates() -> tuple[str, str]:
+    """llama-server's `datetime` ("%b %d %Y") and `date_string` ("%d %b %Y") for now, local time: made once a
+    second, not per render."""
+    second = int(time.time())
+    if _DATES[0] != second:
+        now = time.localtime(second)
+        _DATES[:] = [second, time.strftime("%b %d %Y", now), time.strftime("%d %b %Y", now)]
+    return _DATES[1], _DATES[2]
 
 
 # -- rendering ---------------------------------------------------------------------------------------------------
@@ -416,15 +432,16 @@ def render_chat(chat: ChatTemplate, messages: Sequence[Mapping[str, Any]], *,
     """The prompt for `messages` (OpenAI-shaped, as llama-server's /apply-template takes them). llama-server
     passes enable_thinking true unless its analysis of the template finds no thinking block. Raises JinjaLimit
     past a limit, JinjaUnsupported for what the sandbox cannot render."""
-    template = _compiled(chat.source)
-    now = time.localtime()
+    template, template_globals = _compiled(chat.source)
+    datetime, date_string = _dates()
     variables: dict[str, Any] = {
+        **template_globals,
         "messages": [dict(m) for m in messages],
         "bos_token": chat.bos_token,
         "eos_token": chat.eos_token,
         "enable_thinking": enable_thinking,
-        "datetime": time.strftime("%b %d %Y", now),
-        "date_string": time.strftime("%d %b %Y", now),
+        "datetime": datetime,
+        "date_string": date_string,
     }
     # llama-server keeps earlier answers' reasoning (its preserve_reasoning default): the flags templates read for it
     variables.update(_PRESERVE_REASONING)
@@ -441,7 +458,9 @@ def render_chat(chat: ChatTemplate, messages: Sequence[Mapping[str, Any]], *,
     try:
         parts: list[str] = []
         size = 0
-        for piece in template.generate(variables):
+        env = template.environment  # Template.generate's context, made from the globals' one dict
+        context = env.context_class(env, variables, template.name, template.blocks, globals=template_globals)
+        for piece in template.root_render_func(context):
             size += len(piece)
             if size > limits.max_chars:
                 raise JinjaLimit(f"chat template renders more than {limits.max_chars} characters")
