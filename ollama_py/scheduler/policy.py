@@ -103,6 +103,8 @@ def needs_reload(current: dict[str, object], wanted: dict[str, object]) -> bool:
 
     A wanted num_gpu of -1 (auto) accepts whatever is loaded, as Ollama does.
     """
+    if current == wanted:  # every request for a loaded model asks: the usual answer, in one comparison
+        return False
     for key in set(current) | set(wanted):
         a, b = current.get(key), wanted.get(key)
         if key == "num_gpu" and b in (None, -1):
