@@ -26,7 +26,8 @@ medians of the per-round pairs (the machine is shared: pairs share its load at t
                work on such a request. Reported, not one of the issue's targets (those are for short requests)
   conc16       16 clients at once on 4 slots, 64 tokens each: aggregate tokens/s ratio, and the aiohttp floor
                relay's (below) in the same rounds: how much of the gap any aiohttp gateway has here
-  cpu          the serve process's CPU (/proc schedstat) per 8-token request, and per token from a 512-token one
+  cpu          the serve process's CPU (/proc schedstat) per 8-token request, and per token from a 512-token one,
+               per route: native, OpenAI chat, OpenAI chat with a tool, Anthropic Messages, with a tool
   floors       the native request through two relays in front of the same fake, beside it direct: the least any
                relay costs on this machine (bench/relay_floor.c: C, blocking sockets) and the least an aiohttp
                gateway costs (bench/aiohttp_floor.py: one handler over ollama-py's runner client): how much of the
@@ -108,12 +109,14 @@ async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
             line = line.strip()
             if line.startswith(b"data: "):
                 line = line[6:]
-            if not line or line == b"[DONE]":
+            if not line or line == b"[DONE]" or line.startswith((b"event:", b":")):  # SSE event names, comments
                 continue
             ev = json.loads(line)
             if "choices" in ev:
                 choices = ev["choices"]
                 text = (choices[0].get("delta") or {}).get("content") if choices else None
+            elif ev.get("type") == "content_block_delta":  # Anthropic's Messages
+                text = (ev.get("delta") or {}).get("text")
             else:
                 text = ev.get("content") or ev.get("response") or (ev.get("message") or {}).get("content")
             if text:
@@ -197,18 +200,43 @@ class Bench:
                 out[name]["ttft_direct_ms"].append(got["d"][0] * 1e3)
         return {name: {k: median(v) for k, v in d.items()} for name, d in out.items()}
 
-    async def per_token_cpu(self, rounds: int) -> float:
-        """Gateway CPU per relayed token (µs): a 512-token request's CPU less an 8-token one's, over 504."""
-        short, long_ = self.cases(8)["native"][0], self.cases(512)["native"][0]
-        diffs = []
-        for _ in range(rounds):
-            c0 = cpu_seconds(self.pid)
-            await short()
-            c1 = cpu_seconds(self.pid)
-            await long_()
-            c2 = cpu_seconds(self.pid)
-            diffs.append(((c2 - c1) - (c1 - c0)) / 504 * 1e6)
-        return median(diffs) or 0.0
+    def token_routes(self, n: int) -> dict[str, Any]:
+        """route -> a request of n tokens through the gateway: the routes whose tokens take the lane (native, a
+        plain OpenAI chat) and those that take the generator path (a request with tools, whose answer is parsed
+        for calls, as agents send it; Anthropic's Messages, as Claude Code uses it)."""
+        s, say = self.session, [{"role": "user", "content": "Say hi"}]
+        tool = AGENT_TOOLS[0]["function"]
+        anthropic_tool = {"name": tool["name"], "description": tool["description"], "input_schema": tool["parameters"]}
+        return {
+            "native": self.cases(n)["native"][0],
+            "openai": lambda: timed(s, self.serve + "/v1/chat/completions",
+                                    {"model": "fake-gguf", "messages": say, "stream": True, "max_tokens": n}),
+            "openai_tools": lambda: timed(s, self.serve + "/v1/chat/completions",
+                                          {"model": "fake-agent", "messages": say, "tools": AGENT_TOOLS[:1],
+                                           "stream": True, "max_tokens": n}),
+            "anthropic": lambda: timed(s, self.serve + "/v1/messages",
+                                       {"model": "fake-gguf", "messages": say, "stream": True, "max_tokens": n}),
+            "anthropic_tools": lambda: timed(s, self.serve + "/v1/messages",
+                                             {"model": "fake-agent", "messages": say, "tools": [anthropic_tool],
+                                              "stream": True, "max_tokens": n}),
+        }
+
+    async def per_token_cpu(self, rounds: int) -> dict[str, float]:
+        """Gateway CPU per relayed token (µs), per route (token_routes): a 512-token request's CPU less an
+        8-token one's, over 504."""
+        shorts, longs = self.token_routes(8), self.token_routes(512)
+        out = {}
+        for route in shorts:
+            diffs = []
+            for _ in range(rounds):
+                c0 = cpu_seconds(self.pid)
+                await shorts[route]()
+                c1 = cpu_seconds(self.pid)
+                await longs[route]()
+                c2 = cpu_seconds(self.pid)
+                diffs.append(((c2 - c1) - (c1 - c0)) / 504 * 1e6)
+            out[route] = median(diffs) or 0.0
+        return out
 
     async def concurrency(self, rounds: int, clients: int = 16, n: int = 64,
                           relay: str | None = None) -> dict[str, Any]:
@@ -297,6 +325,16 @@ def table(res: dict[str, Any]) -> str:
                 + (f", the aiohttp floor relay {c['aiohttp_relay_ratio']:.3f} in the same rounds"
                    if "aiohttp_relay_ratio" in c else "") + "; gateway CPU per "
                 f"relayed token {res['cpu_per_token_us']:.0f} µs; load {res['load']}; CPU {res.get('cpu', '?')}.")
+    by_route = res.get("cpu_per_token_us_by_route")
+    if by_route:
+        names = {"native": "native", "openai": "OpenAI chat", "openai_tools": "OpenAI chat with a tool",
+                 "anthropic": "Anthropic Messages", "anthropic_tools": "Anthropic Messages with a tool"}
+        rows.append("")
+        rows.append("Gateway CPU per relayed token, by route (512-token answers less 8-token ones): "
+                    + ", ".join(f"{names.get(k, k)} {v:.0f} µs" for k, v in by_route.items())
+                    + ". (The lane writes a plain answer's tokens from the runner's socket callback: native and a "
+                    "plain OpenAI chat; an answer parsed for tool calls, and Anthropic's events, go through the "
+                    "generators.)")
     if res.get("floors"):
         rows.append("")
         rows.append(f"Floors: the native request in front of the same fake, each paired with a direct one in the same "
@@ -363,7 +401,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             load0 = load_average()
             await bench.round_trip(3)  # warm-up: connections, caches, the first render of each shape
             cases = await bench.round_trip(args.rounds)
-            per_token = await bench.per_token_cpu(max(3, args.rounds // 5))
+            per_token = await bench.per_token_cpu(max(3, args.rounds // 8))
             floors: dict[str, Any] = {}
             relays, floor_procs = (start_floors(tmp, bench.direct, runner_key(serve, "fake_llama_server.py"))
                                    if args.floor_rounds else ({}, []))
@@ -382,7 +420,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             return {"floors": floors, "floor_rounds": args.floor_rounds,
                     "label": args.label, "rounds": args.rounds, "pinned": args.pin, "clock": args.clock,
                     "cases": cases, "conc16": conc,
-                    "cpu_per_token_us": per_token, "load": [load0, load_average()], "cpu": cpu_model(),
+                    "cpu_per_token_us": per_token["native"], "cpu_per_token_us_by_route": per_token,
+                    "load": [load0, load_average()], "cpu": cpu_model(),
                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "fake": {"prompt_delay_s": PROMPT_DELAY, "token_delay_s": TOKEN_DELAY}}
         finally:
