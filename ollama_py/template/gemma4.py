@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ollama_py.api.wire import ToolCall
+from ollama_py.template.thinking import partial_suffix
 
 CHANNEL_OPEN, CHANNEL_CLOSE = "<|channel>", "<channel|>"
 CALL_OPEN, CALL_CLOSE = "<|tool_call>", "<tool_call|>"
@@ -57,14 +58,6 @@ class _State(enum.Enum):
     THINKING = 1
     CALL = 2
     AFTER_CALL = 3  # just past a call: a stray closing tag or the tool-response boundary is dropped
-
-
-def _overlap(text: str, tag: str) -> int:
-    """How many characters at the end of `text` are a proper start of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 def _trailing_space(text: str) -> int:
@@ -136,7 +129,7 @@ class Gemma4Parser:
             self._state = _State.THINKING if tag == CHANNEL_OPEN else _State.CALL
             self._named = False
             return True
-        keep = 0 if done else max(_overlap(buf, CHANNEL_OPEN), _overlap(buf, CALL_OPEN))
+        keep = 0 if done else max(partial_suffix(buf, CHANNEL_OPEN), partial_suffix(buf, CALL_OPEN))
         if keep:  # a tag may be starting: hold it and the whitespace before it
             keep += _trailing_space(buf[:len(buf) - keep])
         content.append(buf[:len(buf) - keep])
@@ -157,7 +150,7 @@ class Gemma4Parser:
             self._buf = buf[at + len(CHANNEL_CLOSE):]
             self._state, self._after_thought = _State.CONTENT, True
             return True
-        keep = 0 if done else _overlap(buf, CHANNEL_CLOSE)
+        keep = 0 if done else partial_suffix(buf, CHANNEL_CLOSE)
         if not done:
             keep += _trailing_space(buf[:len(buf) - keep])
         thinking.append(buf[:len(buf) - keep])

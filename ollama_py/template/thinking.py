@@ -61,11 +61,16 @@ class _State(enum.Enum):
     CONTENT = 4
 
 
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest end of `text` that is a proper beginning of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
+def partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest end of `text` that is a proper beginning of `tag` (what a streamed parser holds back
+    until the next text says whether a tag begins there). Every streamed token of a parsed answer asks it; most
+    hold no character the tag starts with, and are answered by one look at their end."""
+    n = min(len(tag) - 1, len(text))
+    if n <= 0 or tag[0] not in text[-n:]:
+        return 0
+    for k in range(n, 0, -1):
+        if text.endswith(tag[:k]):
+            return k
     return 0
 
 
@@ -121,7 +126,7 @@ class ThinkingParser:
                     buf = buf[end + len(self.closing):]
                     self._state = _State.ENDED
                     continue
-                keep = _partial_suffix(buf, self.closing)
+                keep = partial_suffix(buf, self.closing)
                 body = buf[: len(buf) - keep]
                 trailing = len(body) - len(body.rstrip())  # whitespace may precede the closing tag
                 keep += trailing

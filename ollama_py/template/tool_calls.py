@@ -47,6 +47,7 @@ from ollama_py.api.wire import ToolCall
 from ollama_py.errors import OllamaError
 from ollama_py.memo import Memo
 from ollama_py.template.prompt import render_prompt
+from ollama_py.template.thinking import partial_suffix
 
 DEFAULT_TAG = "<tool_call>"
 MISTRAL_TAG = "[TOOL_CALLS]"
@@ -146,14 +147,6 @@ def _leading_special(tag: str) -> str:
     close = pairs.get(tag[:1])
     end = tag.find(close) if close else -1
     return tag[:end + 1] if end > 0 else ""
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest end of `text` that is a proper beginning of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 class _JsonEnd:
@@ -310,7 +303,7 @@ class ToolCallParser:
             out.append(buf[:at])
             self._open(self.tag)
             return buf[at + len(self.tag):]
-        keep = _partial_suffix(buf, self.tag) if self.tag else 0
+        keep = partial_suffix(buf, self.tag) if self.tag else 0
         out.append(buf[: len(buf) - keep])
         self._held = buf[len(buf) - keep:]
         return ""

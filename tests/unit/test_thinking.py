@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ollama_py.template.thinking import ThinkingParser, infer_tags, think_budget, uses_thinking
+from ollama_py.template.thinking import ThinkingParser, infer_tags, partial_suffix, think_budget, uses_thinking
 from tests.helpers.app import create_tiny_model, fake_scheduler, make_settings
 
 
@@ -256,3 +256,13 @@ async def test_budget_counts_from_a_block_the_prompt_opened(tmp_path: Path, tiny
     sent = json.loads(log.read_text().splitlines()[-1])
     assert sent["prompt"].endswith("<think>\n")
     assert budget_of(sent) == (3, "<think>", ["</think>"], "", "<think>")
+
+
+
+@given(st.sampled_from(["<think>", "</think>", "[THINK]", "<tool_call>", "<|channel>", "<<", "x"]),
+       st.text(alphabet="<>/|[]thinkTHINKcol_ab \n", max_size=16))
+def test_partial_suffix_is_the_longest_end_of_a_text_that_begins_a_tag(tag, text):
+    """What a streamed parser holds back, against its definition (the quick answer for a text without the tag's
+    first character near its end must not change it)."""
+    want = max((k for k in range(1, min(len(tag) - 1, len(text)) + 1) if text.endswith(tag[:k])), default=0)
+    assert partial_suffix(text, tag) == want
