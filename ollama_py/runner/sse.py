@@ -293,6 +293,11 @@ class SSEStream(asyncio.Protocol):
             self._transport.resume_reading()
         return self._events
 
+    @property
+    def backlog(self) -> int:
+        """Events parsed and waiting for the consumer."""
+        return len(self._events)
+
     def divert(self, sink: Callable[[dict[str, Any]], bool],
                plain: Callable[[bytes, bytes], bool] | None = None) -> None:
         """Hand each event from now on to `sink` as it is parsed, in the protocol callback, instead of queueing

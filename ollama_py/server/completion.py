@@ -285,7 +285,10 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
             load_ns = int(min(loaded.runner.load_duration, time.perf_counter() - t_wait) * 1e9)
         out, split = prepared[0]
         forced = req.forced
-        lane = req.lane if split is None and req.logprobs is None and not req.progress and forced is None else None
+        # a split answer (thinking, tool calls) may take the lane for its plain content, unless its parsers read
+        # whole messages (gpt-oss, Gemma 4) or its answer is asked for again under a format (_deltas)
+        lane = req.lane if (split is None or (split.whole is None and req.format is None)) and \
+            req.logprobs is None and not req.progress and forced is None else None
         ids_ahead = req.want_context  # once the first token is out (a prompt of ids needs none)
 
         def first_out() -> None:  # the first token is on its way to the client
@@ -305,7 +308,8 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
             return _final_of(req, out, load_ns, context)
 
         if lane is not None:
-            lane.collect(out.text, out.tokens if req.want_context else None, first_out, stop_now)
+            lane.collect(out.text, out.tokens if req.want_context else None, first_out,
+                         stop_now if split is None else None, split.plain if split is not None else None)
         try:
             async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
                 if forced is None or delta.progress is not None:  # a forced call's JSON goes out as the call
@@ -416,6 +420,12 @@ class _Split:
                 tag = await asyncio.to_thread(infer_tool_tag, template)
             calls = ToolCallParser(req.tools, tag)
         return None if thinking is None and calls is None else cls(thinking, calls, req.single_call)
+
+    def plain(self, content: str) -> bool:
+        """Whether add(content, False) would give ("", content, []) and change no parser's state: the lane may
+        write it as it writes a plain completion's token (Lane, `plain`)."""
+        return (self.whole is None and (self.thinking is None or self.thinking.plain(content))
+                and (self.calls is None or self.calls.plain(content)))
 
     def add(self, content: str, stop: bool) -> tuple[str, str, list[ToolCall]]:
         thought = ""

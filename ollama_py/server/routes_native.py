@@ -430,7 +430,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return ({"model": raw_name, "created_at": now_rfc3339(), "message": {"role": "assistant", "content": ""},
                  "done": True, "done_reason": final.done_reason, **_metrics(final)},)
 
-    if _streaming(body) and not tools and top is None:  # log-probabilities take the ordinary path
+    if _streaming(body) and top is None:  # log-probabilities take the ordinary path
         req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)), last)
 
     async def events() -> AsyncIterator[ChatResponse]:

@@ -70,7 +70,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             out.append(oai.usage_chunk(meta, final))
         return out
 
-    if params.stream and not params.tools and top is None:
+    if params.stream and top is None:
         req.lane = Lane(lambda text, _at: sse_event(oai.chat_chunk(meta, {"content": text})), last)
     events = run_completion(request.app[SCHEDULER], req)
 

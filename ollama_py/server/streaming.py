@@ -71,9 +71,11 @@ class Lane:
     1. the route makes a Lane with its chunk renderer (`render(text, created_at) -> bytes`) and gives it to both
        the CompletionRequest and the writer (`ndjson` / `sse`);
     2. stream_response `offer`s the lane its response, not yet prepared, before it waits for the first event;
-       run_completion, for a plain request (no thinking or tool-call parsing, no logprobs), `collect`s: it gives
-       the lane the lists its text and token ids go to and what to do at the first token, and streams the
-       runner's events with `lane.tap`;
+       run_completion, for a request without logprobs (nor a forced call, nor a model whose parser reads whole
+       messages), `collect`s: it gives the lane the lists its text and token ids go to and what to do at the first
+       token, and streams the runner's events with `lane.tap`. An answer parsed for thinking or tool calls also
+       gives its parsers' `plain`: the lane then takes only tokens whose text they call plain content (past the
+       thoughts, the answer's start and any tag or part of one), and its stop event goes the ordinary way;
     3. once the runner has the request (the tap is connected), while the runner computes the first token, the
        lane prepares the response (aiohttp makes the status line and headers and holds them back: nothing is
        sent), `bind`s itself to it (only a chunked, uncompressed body, whose framing the lane writes as aiohttp
@@ -92,9 +94,10 @@ class Lane:
        the response. aiohttp's writer is told the body is over (its `set_eof`, with its chunked framing
        reset, as the lane wrote the last chunk itself);
     6. the first event a sink declines (a stop it cannot end the body with, log-probabilities, a client gone or
-       more than _LANE_BUFFER behind) goes the ordinary way, and so does everything after it: the Final and the
-       end of the body, written by stream_response on the same response (the headers with them if the lane sent
-       none).
+       more than _LANE_BUFFER behind, a split answer's text that is not plain content) goes the ordinary way, and
+       so does everything after it until the handler has written them all: run_completion diverts the stream
+       again after each Delta, which takes once no declined event waits. The Final and the end of the body are
+       written by stream_response on the same response (the headers with them if the lane sent none).
     An error before the lane wrote anything takes the prepared response back (`withdraw`: nothing was sent), so
     the error still gets its own status; after, it is the body's last line, as any error mid-stream. Where the
     response cannot be prepared early (not offered, or an older aiohttp), the first chunk goes the ordinary way
@@ -123,6 +126,7 @@ class Lane:
         self._tokens: list[int] | None = None
         self._on_first: Callable[[], None] | None = None
         self._on_stop: Callable[[dict[str, Any]], Final | None] | None = None
+        self._plain: Callable[[str], bool] | None = None  # a split answer's: is this text plain content now?
         self._encode: Callable[[Any], bytes] | None = None  # stream_response's encoder and trailer
         self._trailer = b""
         self._writer: AbstractStreamWriter | None = None
@@ -143,10 +147,14 @@ class Lane:
             self._request, self.response = request, resp
 
     def collect(self, text: list[str | bytes], tokens: list[int] | None, on_first: Callable[[], None],
-                on_stop: Callable[[dict[str, Any]], Final | None] | None = None) -> None:
+                on_stop: Callable[[dict[str, Any]], Final | None] | None = None,
+                plain: Callable[[str], bool] | None = None) -> None:
         """Step 2 (run_completion): where the text and token ids go (None: ids not wanted), what to do when
-        the lane writes the first token, and the Final for the runner's stop event (step 5)."""
+        the lane writes the first token, and the Final for the runner's stop event (step 5). A split answer
+        (thinking, tool calls) gives `plain` (its parsers' `_Split.plain`): the lane writes a token only when its
+        text is plain content in the parsers' state, and declines the others, which the ordinary way splits."""
         self._text, self._tokens, self._on_first, self._on_stop = text, tokens, on_first, on_stop
+        self._plain = plain
 
     @property
     def ended(self) -> bool:
@@ -225,10 +233,10 @@ class Lane:
         return self.put(escaped(text))
 
     def divert(self) -> None:
-        """From the next event on, the stream's events go to the sinks (once per stream; a no-op until bound and
-        connected)."""
+        """From the next event on, the stream's events go to the sinks (a no-op until bound and connected, while
+        diverted, and while events the sinks declined still wait for the handler: they go out first)."""
         stream = self.tap.stream
-        if self._diverted is not None or stream is None or not self.ready():
+        if self._diverted is not None or stream is None or stream.backlog or not self.ready():
             return
         self._diverted = stream
         stream.divert(self._take_event, self._take_unparsed)
@@ -236,6 +244,8 @@ class Lane:
     def _take_unparsed(self, content: bytes, token_ids: bytes) -> bool:
         """A plain token as llama-server's bytes, nothing in them escaped: written and kept as they are."""
         if content:
+            if self._plain is not None and not self._plain(content.decode("utf-8", "surrogateescape")):
+                return False
             if not self.put(content):
                 return False
             self._text.append(content)
@@ -246,13 +256,22 @@ class Lane:
 
     def _take_event(self, event: dict[str, Any]) -> bool:
         """A parsed event: a plain token's text is written, and a stop event ends the body where it can (step
-        5); anything else is declined."""
+        5); anything else is declined. Declined, the event and those after it go to the handler, which diverts
+        the stream again once it has written them (run_completion, after each Delta)."""
+        if self._take(event):
+            return True
+        self._diverted = None
+        return False
+
+    def _take(self, event: dict[str, Any]) -> bool:
         if event.get("completion_probabilities"):
             return False
         if event.get("stop"):
             return self._finish(event)
         content = event.get("content")
         if content:
+            if self._plain is not None and not self._plain(content):
+                return False
             if not self.write(content):
                 return False
             self._text.append(content)

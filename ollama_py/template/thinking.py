@@ -96,6 +96,11 @@ class ThinkingParser:
         at = raw.find(self.closing)
         return None if at < 0 else raw[:at + len(self.closing)]
 
+    def plain(self, text: str) -> bool:
+        """Whether add(text) would give ("", text) and change nothing: the thinking is over (or never began), so
+        every text is content. (The lane asks, to write such a text itself: server/streaming.py.)"""
+        return self._state is _State.CONTENT
+
     def add(self, text: str) -> tuple[str, str]:
         thinking, content = [], []
         buf = self._held + text

@@ -243,6 +243,14 @@ class ToolCallParser:
             found += _GLM_TAGS
         return list(dict.fromkeys(m for m in found if m))
 
+    def plain(self, text: str) -> bool:
+        """Whether add(text) would give (text, []) and change nothing: past the answer's start, nothing held back,
+        and no tag, or the beginning of one, in `text`. (The lane asks, to write such a text itself.)"""
+        if self._state is not _State.TEXT or self._held or self._at_start:
+            return False
+        tag = self.tag
+        return not tag or (tag not in text and not partial_suffix(text, tag))
+
     def add(self, text: str) -> tuple[str, list[ToolCall]]:
         out: list[str] = []
         calls: list[ToolCall] = []

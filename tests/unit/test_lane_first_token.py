@@ -103,7 +103,7 @@ async def test_the_lane_takes_the_stream_early_only_while_the_handler_has_had_no
         output_size=0, send_headers=lambda: headers_sent.append(True)))
     resp = SimpleNamespace(prepared=True, headers={"Transfer-Encoding": "chunked"}, compression=False)
     sinks: list[Any] = []
-    stream = SimpleNamespace(queued=queued, divert=lambda *taken: sinks.append(taken))
+    stream = SimpleNamespace(queued=queued, backlog=0, divert=lambda *taken: sinks.append(taken))
     lane = Lane(lambda text, _at: ndjson_line({"response": text}))
     lane.offer(request, resp)  # type: ignore[arg-type]
     firsts: list[bool] = []

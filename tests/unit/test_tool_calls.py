@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ollama_py.template.tool_calls import DEFAULT_TAG, JSON_TAG, ToolCallParser, infer_tool_tag, parse_tool_calls
 
@@ -94,3 +97,47 @@ def test_a_templates_tag_is_worked_out_once_and_then_known() -> None:
     assert known_tool_tag(template) is None
     tag = infer_tool_tag(template)
     assert tag == "<tool_call>" and known_tool_tag(template) == tag
+
+
+CALL_XML = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+CALL_MISTRAL = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+CALL_JSON = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+_PIECES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[", "TOOL_CALLS]",
+           '{"name": "get_weather", "arguments": {"city": "Paris"}}', "Sure", ", let me", " check", "<", "tool",
+           "_call>", "\n", " ", "{", "}", "x"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=8), st.lists(st.sampled_from(_PIECES), max_size=8),
+       st.lists(st.integers(0, 400), max_size=12), st.sampled_from(["<tool_call>", "[TOOL_CALLS]", "{", ""]),
+       st.booleans())
+def test_a_text_the_parsers_call_plain_is_content_and_changes_nothing(before, after, cuts, tag, thinks):
+    """The lane writes a token itself when the parsers call it plain (`_Split.plain`): skipping their add() for
+    such tokens and taking each as content must give the same thoughts, text and calls as feeding them all (an
+    answer of thoughts if the model thinks, text, a call in the tag's form, more text, cut anywhere; without
+    tools (tag ""), the thinking parser alone)."""
+    from ollama_py.server.completion import _Split
+    from ollama_py.template.thinking import ThinkingParser
+
+    call = {"<tool_call>": CALL_XML, "[TOOL_CALLS]": CALL_MISTRAL, "{": CALL_JSON, "": CALL_XML}[tag]
+    pieces = [*(["<think>", " Let me think. ", "</think>"] if thinks else []), *before, call, *after]
+    text = "".join(pieces)
+    thoughts_end = len("<think> Let me think. </think>") if thinks else 0  # a cut there too: the thinking's end
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, thoughts_end, len(text)})
+    chunks = [text[a:b] for a, b in zip(points, points[1:]) if b > a]
+
+    def run(skip: bool) -> tuple[str, str, list[tuple[str, Any]]]:
+        split = _Split(ThinkingParser() if thinks else None, ToolCallParser(TOOLS, tag) if tag else None)
+        thought, content, calls = [], [], []
+        for i, chunk in enumerate(chunks):
+            last = i == len(chunks) - 1
+            if skip and not last and split.plain(chunk):
+                content.append(chunk)
+                continue
+            t, c, k = split.add(chunk, last)
+            thought.append(t)
+            content.append(c)
+            calls += [(made["function"]["name"], made["function"]["arguments"]) for made in k]
+        return "".join(thought), "".join(content), calls
+
+    assert run(True) == run(False)

@@ -172,3 +172,43 @@ async def test_thinking_and_text_stream_with_tools(tools_server: Callable[..., A
     assert [c.message.thinking for c in chunks if c.message.thinking] == ["Let me", " think."]
     assert [c.message.content for c in chunks if c.message.content] == ["It is", " sunny."]
     assert [tc.function.name for c in chunks for tc in c.message.tool_calls or []] == ["get_weather"]
+
+
+# -- the lane: an answer's plain content written from the runner's socket callback ---------------------------------
+
+def _lane_tokens() -> int:
+    from ollama_py.server.streaming import Lane
+
+    return Lane.totals["unparsed"] + Lane.totals["parsed"]
+
+
+async def test_the_text_of_an_answer_parsed_for_calls_goes_out_through_the_lane(
+        tools_server: Callable[..., Any]) -> None:
+    """While the parsers say a token is plain content (past the answer's start, no tag or part of one), the lane
+    writes it; the first token, what may be a call and the call go the ordinary way, and every chunk arrives in
+    order (a token every 50 ms, so that the handler has written each ordinary one before the next comes)."""
+    url = await tools_server(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
+    before = _lane_tokens()
+    chunks = await native_chunks(url)
+    assert [c.message.content for c in chunks if c.message.content] == ["Sure,", " let me", " check. "]
+    assert [tc.function.name for c in chunks for tc in c.message.tool_calls or []] == ["get_weather"]
+    assert chunks[-1].done and chunks[-1].done_reason == "stop"
+    assert _lane_tokens() - before >= 1
+
+    before = _lane_tokens()
+    stream = await oai_client(url).chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, stream=True)
+    got = [c async for c in stream]
+    assert [c.choices[0].delta.content for c in got if c.choices[0].delta.content] == ["Sure,", " let me", " check. "]
+    assert got[-1].choices[0].finish_reason == "tool_calls"
+    assert _lane_tokens() - before >= 1
+
+
+async def test_a_thinking_answer_s_content_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="<think>|Let me| think.|</think>|It is| sunny| today.|" + CALL,
+                             FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
+    before = _lane_tokens()
+    chunks = await native_chunks(url, model="thinker", think=True)
+    assert [c.message.thinking for c in chunks if c.message.thinking] == ["Let me", " think."]
+    assert [c.message.content for c in chunks if c.message.content] == ["It is", " sunny", " today."]
+    assert [tc.function.name for c in chunks for tc in c.message.tool_calls or []] == ["get_weather"]
+    assert _lane_tokens() - before >= 1
