@@ -332,9 +332,9 @@ def table(res: dict[str, Any]) -> str:
         rows.append("")
         rows.append("Gateway CPU per relayed token, by route (512-token answers less 8-token ones): "
                     + ", ".join(f"{names.get(k, k)} {v:.0f} µs" for k, v in by_route.items())
-                    + ". (The lane writes a plain answer's tokens from the runner's socket callback: native and a "
-                    "plain OpenAI chat; an answer parsed for tool calls, and Anthropic's events, go through the "
-                    "generators.)")
+                    + ". (The lane writes an answer's plain tokens from the runner's socket callback: native, "
+                    "OpenAI chat, and with a tool the text its parsers call plain; Anthropic's events go through "
+                    "the generators.)")
     if res.get("floors"):
         rows.append("")
         rows.append(f"Floors: the native request in front of the same fake, each paired with a direct one in the same "
