@@ -25,7 +25,7 @@ from ollama_py.server.completion import CompletionRequest, build_prompt, prompt_
 from ollama_py.server.model_lookup import check_chat_capabilities, find_model, merged_options
 from ollama_py.server.offload import count, per_item
 from ollama_py.server.routes_native import chat_messages
-from ollama_py.server.streaming import collect, content_blocks, sse
+from ollama_py.server.streaming import Lane, collect, content_blocks, sse
 
 routes = web.RouteTableDef()
 
@@ -49,14 +49,16 @@ async def messages(request: web.Request) -> web.StreamResponse:
                             tools=params.tools, think=think, started=started, forced=params.forced,
                             single_call=params.single_call)
     msg_id = ant.new_message_id()
+    stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens, params.show_thinking)
+    if params.stream:  # its text deltas written by the lane, as MessageStream makes them (streaming.Lane)
+        req.lane = Lane(end=stream.finish, blocks=stream)
     events = run_completion(request.app[SCHEDULER], req)
 
     if not params.stream:
         items = await collect(events)
         return web.json_response(ant.message(msg_id, raw_name, items[-1], params.show_thinking))
 
-    stream = ant.MessageStream(msg_id, raw_name, params.estimated_input_tokens, params.show_thinking)
-    return await sse(request, content_blocks(events, stream), done_marker=False, ends=ant.is_last)
+    return await sse(request, content_blocks(events, stream), done_marker=False, lane=req.lane, ends=ant.is_last)
 
 
 @routes.post("/v1/messages/count_tokens")

@@ -108,6 +108,9 @@ async def responses(request: web.Request) -> web.StreamResponse:
     params = rt.parse_responses(body)
     req = await _chat_request(request, body, names, params, started)
     response_id, item_id = rt.new_ids()
+    stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo, params.offered)
+    if params.stream:  # its text deltas written by the lane, as ResponseStream makes them (streaming.Lane)
+        req.lane = Lane(end=stream.finish, blocks=stream)
     events = run_completion(request.app[SCHEDULER], req)
 
     if not params.stream:
@@ -115,8 +118,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         return web.json_response(rt.response(response_id, item_id, raw_name, params.echo, items[-1],
                                              params.offered))
 
-    stream = rt.ResponseStream(response_id, item_id, raw_name, params.echo, params.offered)
-    return await sse(request, content_blocks(events, stream), done_marker=False, ends=rt.is_last)
+    return await sse(request, content_blocks(events, stream), done_marker=False, lane=req.lane, ends=rt.is_last)
 
 
 @routes.post("/v1/completions")

@@ -68,8 +68,11 @@ class Lane:
     runner stream's protocol callback, with no task wake-up and no generator chain per token, the first token
     included. This class owns it, start to end; the steps, in the order they must happen:
 
-    1. the route makes a Lane with its chunk renderer (`render(text, created_at) -> bytes`) and gives it to both
-       the CompletionRequest and the writer (`ndjson` / `sse`);
+    1. the route makes a Lane with its chunk renderer (`render(text, created_at) -> bytes`: the chunk's fixed
+       parts are laid out once, each token formats two bytes) or, for named events that keep state (Anthropic's
+       blocks, the Responses API's sequence numbers), its block translator (`blocks`: the events its `text`
+       gives, the message's or block's opening with the first), and gives it to both the CompletionRequest and
+       the writer (`ndjson` / `sse`);
     2. stream_response `offer`s the lane its response, not yet prepared, before it waits for the first event;
        run_completion, for a request without logprobs (nor a forced call, nor a model whose parser reads whole
        messages), `collect`s: it gives the lane the lists its text and token ids go to and what to do at the first
@@ -114,13 +117,15 @@ class Lane:
 
     totals: ClassVar[collections.Counter[str]] = collections.Counter()
 
-    def __init__(self, render: Callable[[str, str], bytes],
-                 end: Callable[[Final], Iterable[Any]] | None = None) -> None:
-        self._render = render
+    def __init__(self, render: Callable[[str, str], bytes] | None = None,
+                 end: Callable[[Final], Iterable[Any]] | None = None, *, blocks: BlockStream | None = None) -> None:
+        self._render = render  # stateless chunks: a text (and created_at) -> the chunk's bytes
+        self._blocks = blocks  # or a block translator's events for each text, in its state (Anthropic, Responses)
         self._end = end  # a Final -> the route's last events (None: the ordinary way writes them)
         self.tap = Tap(self._connected)
         self._transport: asyncio.Transport | None = None  # (uvloop's is no subclass: typed, never isinstance)
         self.put: Callable[[bytes], bool] = _refuse  # a text's JSON string body (escaped, UTF-8) -> written?
+        self.write: Callable[[str], bool] = _refuse  # the same for a text as it is
         self._diverted: SSEStream | None = None
         self._text: list[str | bytes] = []
         self._tokens: list[int] | None = None
@@ -196,7 +201,7 @@ class Lane:
         """Nothing was sent: the prepared response is taken back, so that an error gets a response of its own
         (aiohttp's writer keeps only its chunked framing from the preparation; the error's response replaces the
         held-back headers)."""
-        self.put = _refuse
+        self.put = self.write = _refuse
         if self.response is not None and self.response.prepared and not self.wrote:
             writer = request.writer
             if hasattr(writer, "chunked"):
@@ -209,28 +214,39 @@ class Lane:
         if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression and request.transport:
             self._transport = request.transport
             self._writer = request.writer
-            put = _putter(self._render, request.transport, request.writer)
+            if self._blocks is not None:
+                put, write = _block_putters(self._blocks, self._encode or sse_event, request.transport,
+                                            request.writer)
+            else:
+                assert self._render is not None
+                put = _putter(self._render, request.transport, request.writer)
+
+                def write(text: str) -> bool:
+                    return put(escaped(text))
+
             send_headers = getattr(request.writer, "send_headers", None)
 
-            def first(raw: bytes) -> bool:  # the first chunk the lane writes: the held-back headers go first
+            def opened() -> bool:  # the first chunk the lane writes: the held-back headers go first
                 if not self.ready():
                     return False
                 if send_headers is not None:
                     send_headers()  # (a no-op once aiohttp sent them)
-                self.put, self.wrote = put, True
+                self.put, self.write, self.wrote = put, write, True
                 if self._on_first is not None:
                     self._on_first()
-                return put(raw)
+                return True
 
-            self.put = first
+            def first_put(raw: bytes) -> bool:
+                return opened() and put(raw)
+
+            def first_write(text: str) -> bool:
+                return opened() and write(text)
+
+            self.put, self.write = first_put, first_write
 
     def ready(self) -> bool:
         t = self._transport
         return t is not None and not t.is_closing() and t.get_write_buffer_size() < _LANE_BUFFER
-
-    def write(self, text: str) -> bool:
-        """The chunk for a text, if the client can take it now."""
-        return self.put(escaped(text))
 
     def divert(self) -> None:
         """From the next event on, the stream's events go to the sinks (a no-op until bound and connected, while
@@ -316,8 +332,39 @@ class Lane:
         Lane.totals["ended"] += self.final is not None
 
 
-def _refuse(raw: bytes) -> bool:
+def _refuse(raw: Any) -> bool:
     return False
+
+
+def _block_putters(blocks: BlockStream, encode: Callable[[Any], bytes], transport: asyncio.Transport,
+                   writer: AbstractStreamWriter) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
+    """`put(raw)` and `write(text)` for a block translator (Anthropic's MessageStream, the Responses API's
+    ResponseStream): the events its `text` gives for a text in its state (a delta in the open block; the
+    message's or block's opening with the first), in one chunk; False, writing nothing and leaving the state as it
+    was, when the client is gone or slow. A plain token's raw bytes are its text (runner/sse.py _PLAIN: nothing
+    escaped)."""
+    is_closing, buffered, send, text_events = transport.is_closing, transport.get_write_buffer_size, \
+        transport.write, blocks.text
+
+    def write(text: str) -> bool:
+        if is_closing() or buffered() >= _LANE_BUFFER:
+            return False
+        data = b"".join([encode(event) for event in text_events(text)])
+        if not data:  # (an empty chunk would end the body)
+            return True
+        frame = b"%x\r\n%s\r\n" % (len(data), data)
+        writer.output_size += len(frame)  # the access log's byte count
+        send(frame)
+        return True
+
+    def put(raw: bytes) -> bool:
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:  # (llama-server sends whole characters; the ordinary way says what this was)
+            return False
+        return write(text)
+
+    return put, write
 
 
 def _putter(render: Callable[[str, str], bytes], transport: asyncio.Transport,

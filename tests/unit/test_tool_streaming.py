@@ -182,6 +182,18 @@ def _lane_tokens() -> int:
     return Lane.totals["unparsed"] + Lane.totals["parsed"]
 
 
+async def _lane_took(before: int, at_least: int = 1) -> int:
+    """The tokens the lane wrote since `before`: a response's counts join the totals when its handler is done,
+    which may be just after the client read the end of the body (waits up to 10 s for `at_least`)."""
+    import asyncio
+
+    for _ in range(1000):
+        if _lane_tokens() - before >= at_least:
+            break
+        await asyncio.sleep(0.01)
+    return _lane_tokens() - before
+
+
 async def test_the_text_of_an_answer_parsed_for_calls_goes_out_through_the_lane(
         tools_server: Callable[..., Any]) -> None:
     """While the parsers say a token is plain content (past the answer's start, no tag or part of one), the lane
@@ -193,14 +205,14 @@ async def test_the_text_of_an_answer_parsed_for_calls_goes_out_through_the_lane(
     assert [c.message.content for c in chunks if c.message.content] == ["Sure,", " let me", " check. "]
     assert [tc.function.name for c in chunks for tc in c.message.tool_calls or []] == ["get_weather"]
     assert chunks[-1].done and chunks[-1].done_reason == "stop"
-    assert _lane_tokens() - before >= 1
+    assert await _lane_took(before) >= 1
 
     before = _lane_tokens()
     stream = await oai_client(url).chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, stream=True)
     got = [c async for c in stream]
     assert [c.choices[0].delta.content for c in got if c.choices[0].delta.content] == ["Sure,", " let me", " check. "]
     assert got[-1].choices[0].finish_reason == "tool_calls"
-    assert _lane_tokens() - before >= 1
+    assert await _lane_took(before) >= 1
 
 
 async def test_a_thinking_answer_s_content_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
@@ -211,4 +223,111 @@ async def test_a_thinking_answer_s_content_goes_out_through_the_lane(tools_serve
     assert [c.message.thinking for c in chunks if c.message.thinking] == ["Let me", " think."]
     assert [c.message.content for c in chunks if c.message.content] == ["It is", " sunny", " today."]
     assert [tc.function.name for c in chunks for tc in c.message.tool_calls or []] == ["get_weather"]
-    assert _lane_tokens() - before >= 1
+    assert await _lane_took(before) >= 1
+
+
+async def _anthropic_events(url: str, **body: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The named SSE events of a streamed /v1/messages, as the bytes came (the client's own parsing aside)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.post(
+            url + "/v1/messages", json={"model": "tiny", "max_tokens": 64, "messages": ASK, "stream": True, **body},
+            headers={"x-api-key": "x", "anthropic-version": "2023-06-01"}) as resp:
+        assert resp.status == 200
+        raw = (await resp.read()).decode()
+    events = []
+    for block in raw.split("\n\n"):
+        if block.strip():
+            name, data = block.split("\n")
+            assert name.startswith("event: ") and data.startswith("data: ")
+            events.append((name[7:], json.loads(data[6:])))
+    return events
+
+
+def _check_blocks(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[int, str, str]]:
+    """Anthropic's order: message_start, ping, then each block started, its deltas, stopped (indices 0, 1, ...),
+    message_delta, message_stop; each event's name is its data's type. Gives (index, kind, text) per block."""
+    assert [name for name, _ in events[:2]] == ["message_start", "ping"]
+    assert [name for name, _ in events[-2:]] == ["message_delta", "message_stop"]
+    assert all(data["type"] == name for name, data in events)
+    blocks: list[tuple[int, str, str]] = []
+    open_block: int | None = None
+    for name, data in events[2:-2]:
+        if name == "content_block_start":
+            assert open_block is None and data["index"] == len(blocks)
+            open_block = data["index"]
+            blocks.append((open_block, data["content_block"]["type"], ""))
+        elif name == "content_block_delta":
+            assert data["index"] == open_block
+            index, kind, text = blocks[-1]
+            delta = data["delta"]
+            blocks[-1] = (index, kind, text + delta.get("text", delta.get("thinking", delta.get("partial_json", ""))))
+        else:
+            assert name == "content_block_stop" and data["index"] == open_block
+            open_block = None
+    assert open_block is None
+    return blocks
+
+
+async def test_anthropic_text_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
+    """Claude Code's route: a streamed message's text deltas are written by the lane, the message's and the block's
+    opening with the first and the block's and message's end with the stop event, each event in Anthropic's order
+    and framing."""
+    from ollama_py.server.streaming import Lane
+
+    url = await tools_server(FAKE_TOKEN_DELAY="0.02")
+    before, ended = _lane_tokens(), Lane.totals["ended"]
+    events = await _anthropic_events(url)
+    assert _check_blocks(events) == [(0, "text", "".join(WORDS))]
+    assert [d["delta"]["text"] for n, d in events if n == "content_block_delta"] == WORDS
+    assert events[-2][1]["delta"]["stop_reason"] == "end_turn"
+    assert await _lane_took(before, len(WORDS)) == len(WORDS) and Lane.totals["ended"] == ended + 1
+
+
+async def test_anthropic_thoughts_text_and_a_call_keep_their_blocks_through_the_lane(
+        tools_server: Callable[..., Any]) -> None:
+    """Thoughts (the ordinary way), then text the lane writes in the next block, then the call's block: indices
+    0, 1, 2, every delta in order; the official client builds the same message."""
+    url = await tools_server(FAKE_REPLY="<think>|Let me| think.|</think>|It is| sunny| today.|" + CALL,
+                             FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
+    before = _lane_tokens()
+    events = await _anthropic_events(url, model="thinker", tools=ANT_TOOLS, thinking={"type": "enabled",
+                                                                                       "budget_tokens": 1024})
+    assert _check_blocks(events) == [(0, "thinking", "Let me think."), (1, "text", "It is sunny today."),
+                                     (2, "tool_use", '{"city":"Paris"}')]
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+    assert await _lane_took(before) >= 1
+    client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
+    async with client.messages.stream(model="thinker", max_tokens=64, messages=ASK, tools=ANT_TOOLS) as stream:
+        message = await stream.get_final_message()
+    assert [b.type for b in message.content] == ["thinking", "text", "tool_use"]
+    assert message.content[1].text == "It is sunny today."
+    assert message.content[2].input == {"city": "Paris"}
+
+
+async def test_responses_text_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
+    """Codex's route: a streamed response's text deltas are written by the lane, each event numbered in order
+    (sequence_number 0, 1, 2, ...) whichever way it went; the text before a call, then the call."""
+    url = await tools_server(FAKE_REPLY="Sure,| let me| check. |" + CALL, FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
+    before = _lane_tokens()
+    client = oai_client(url)
+    async with client.responses.stream(model="tiny", input="Weather in Paris?", tools=RESP_TOOLS) as stream:
+        got = [e async for e in stream]
+        response = await stream.get_final_response()
+    assert [e.sequence_number for e in got] == list(range(len(got)))
+    assert [e.delta for e in got if e.type == "response.output_text.delta"] == ["Sure,", " let me", " check. "]
+    assert [o.type for o in response.output] == ["message", "function_call"]
+    assert response.output_text == "Sure, let me check. "
+    assert await _lane_took(before) >= 1
+
+
+async def test_a_plain_response_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
+    before = _lane_tokens()
+    async with oai_client(await tools_server(FAKE_TOKEN_DELAY="0.02")).responses.stream(
+            model="tiny", input="Hi") as stream:
+        got = [e async for e in stream]
+        response = await stream.get_final_response()
+    assert [e.sequence_number for e in got] == list(range(len(got)))
+    assert [e.delta for e in got if e.type == "response.output_text.delta"] == WORDS
+    assert response.output_text == "".join(WORDS) and response.status == "completed"
+    assert await _lane_took(before, len(WORDS)) == len(WORDS)
