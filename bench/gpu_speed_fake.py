@@ -27,7 +27,7 @@ medians of the per-round pairs (the machine is shared: pairs share its load at t
   conc16       16 clients at once on 4 slots, 64 tokens each: aggregate tokens/s ratio, and the aiohttp floor
                relay's (below) in the same rounds: how much of the gap any aiohttp gateway has here
   cpu          the serve process's CPU (/proc schedstat) per 8-token request, and per token from a 512-token one,
-               per route: native, OpenAI chat, OpenAI chat with a tool, Anthropic Messages, with a tool
+               per route: native, OpenAI chat, OpenAI chat with a tool, Anthropic Messages, Responses, with a tool
   floors       the native request through two relays in front of the same fake, beside it direct: the least any
                relay costs on this machine (bench/relay_floor.c: C, blocking sockets) and the least an aiohttp
                gateway costs (bench/aiohttp_floor.py: one handler over ollama-py's runner client): how much of the
@@ -117,6 +117,8 @@ async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
                 text = (choices[0].get("delta") or {}).get("content") if choices else None
             elif ev.get("type") == "content_block_delta":  # Anthropic's Messages
                 text = (ev.get("delta") or {}).get("text")
+            elif ev.get("type") == "response.output_text.delta":  # the Responses API
+                text = ev.get("delta")
             else:
                 text = ev.get("content") or ev.get("response") or (ev.get("message") or {}).get("content")
             if text:
@@ -201,9 +203,9 @@ class Bench:
         return {name: {k: median(v) for k, v in d.items()} for name, d in out.items()}
 
     def token_routes(self, n: int) -> dict[str, Any]:
-        """route -> a request of n tokens through the gateway: the routes whose tokens take the lane (native, a
-        plain OpenAI chat) and those that take the generator path (a request with tools, whose answer is parsed
-        for calls, as agents send it; Anthropic's Messages, as Claude Code uses it)."""
+        """route -> a request of n tokens through the gateway: native, a plain OpenAI chat, one with a tool (its
+        answer parsed for calls, as agents send it), Anthropic's Messages (Claude Code's route) and the Responses
+        API (Codex's), with and without a tool."""
         s, say = self.session, [{"role": "user", "content": "Say hi"}]
         tool = AGENT_TOOLS[0]["function"]
         anthropic_tool = {"name": tool["name"], "description": tool["description"], "input_schema": tool["parameters"]}
@@ -219,6 +221,12 @@ class Bench:
             "anthropic_tools": lambda: timed(s, self.serve + "/v1/messages",
                                              {"model": "fake-agent", "messages": say, "tools": [anthropic_tool],
                                               "stream": True, "max_tokens": n}),
+            "responses": lambda: timed(s, self.serve + "/v1/responses",
+                                       {"model": "fake-gguf", "input": "Say hi", "stream": True,
+                                        "max_output_tokens": n}),
+            "responses_tools": lambda: timed(s, self.serve + "/v1/responses",
+                                             {"model": "fake-agent", "input": "Say hi", "stream": True,
+                                              "tools": [{"type": "function", **tool}], "max_output_tokens": n}),
         }
 
     async def per_token_cpu(self, rounds: int) -> dict[str, float]:
@@ -328,13 +336,14 @@ def table(res: dict[str, Any]) -> str:
     by_route = res.get("cpu_per_token_us_by_route")
     if by_route:
         names = {"native": "native", "openai": "OpenAI chat", "openai_tools": "OpenAI chat with a tool",
-                 "anthropic": "Anthropic Messages", "anthropic_tools": "Anthropic Messages with a tool"}
+                 "anthropic": "Anthropic Messages", "anthropic_tools": "Anthropic Messages with a tool",
+                 "responses": "Responses", "responses_tools": "Responses with a tool"}
         rows.append("")
         rows.append("Gateway CPU per relayed token, by route (512-token answers less 8-token ones): "
                     + ", ".join(f"{names.get(k, k)} {v:.0f} µs" for k, v in by_route.items())
-                    + ". (The lane writes an answer's plain tokens from the runner's socket callback: native, "
-                    "OpenAI chat, and with a tool the text its parsers call plain; Anthropic's events go through "
-                    "the generators.)")
+                    + ". (The lane writes an answer's plain tokens from the runner's socket callback on every "
+                    "route, with a tool the text its parsers call plain; Anthropic's and the Responses API's as "
+                    "their block translators make the events.)")
     if res.get("floors"):
         rows.append("")
         rows.append(f"Floors: the native request in front of the same fake, each paired with a direct one in the same "

@@ -308,8 +308,11 @@ async def run_completion(scheduler: Scheduler, req: CompletionRequest) -> AsyncG
             return _final_of(req, out, load_ns, context)
 
         if lane is not None:
-            lane.collect(out.text, out.tokens if req.want_context else None, first_out,
-                         stop_now if split is None else None, split.plain if split is not None else None)
+            if split is None:
+                lane.collect(out.text, out.tokens if req.want_context else None, first_out, stop_now)
+            else:
+                lane.collect(out.text, out.tokens if req.want_context else None, first_out, None, split.plain,
+                             split.thought if split.thinking is not None else None, out.thinking)
         try:
             async for delta in _deltas(loaded, req, out, split, lane, stats, hold):
                 if forced is None or delta.progress is not None:  # a forced call's JSON goes out as the call
@@ -426,6 +429,11 @@ class _Split:
         write it as it writes a plain completion's token (Lane, `plain`)."""
         return (self.whole is None and (self.thinking is None or self.thinking.plain(content))
                 and (self.calls is None or self.calls.plain(content)))
+
+    def thought(self, content: str) -> bool:
+        """Whether add(content, False) would give (content, "", []) and change no parser's state: the lane may
+        write it as a thought (Lane, `thought`)."""
+        return self.whole is None and self.thinking is not None and self.thinking.thought(content)
 
     def add(self, content: str, stop: bool) -> tuple[str, str, list[ToolCall]]:
         thought = ""

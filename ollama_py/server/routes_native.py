@@ -289,7 +289,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return (out,)
 
     if _streaming(body) and top is None:  # log-probabilities take the ordinary path
-        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)), last)
+        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)), last,
+                        thought=lambda text, at: ndjson_line(chunk("", text, created_at=at)))
 
     async def events() -> AsyncIterator[GenerateResponse]:
         async for ev in run_completion(request.app[SCHEDULER], req):
@@ -431,7 +432,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                  "done": True, "done_reason": final.done_reason, **_metrics(final)},)
 
     if _streaming(body) and top is None:  # log-probabilities take the ordinary path
-        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)), last)
+        req.lane = Lane(lambda text, at: ndjson_line(chunk(text, created_at=at)), last,
+                        thought=lambda text, at: ndjson_line(chunk("", text, created_at=at)))
 
     async def events() -> AsyncIterator[ChatResponse]:
         async for ev in run_completion(request.app[SCHEDULER], req):

@@ -71,7 +71,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return out
 
     if params.stream and top is None:
-        req.lane = Lane(lambda text, _at: sse_event(oai.chat_chunk(meta, {"content": text})), last)
+        req.lane = Lane(lambda text, _at: sse_event(oai.chat_chunk(meta, {"content": text})), last,
+                        thought=lambda text, _at: sse_event(oai.chat_chunk(meta, {"content": "", "reasoning": text})))
     events = run_completion(request.app[SCHEDULER], req)
 
     if not params.stream:

@@ -78,7 +78,10 @@ class Lane:
        messages), `collect`s: it gives the lane the lists its text and token ids go to and what to do at the first
        token, and streams the runner's events with `lane.tap`. An answer parsed for thinking or tool calls also
        gives its parsers' `plain`: the lane then takes only tokens whose text they call plain content (past the
-       thoughts, the answer's start and any tag or part of one), and its stop event goes the ordinary way;
+       thoughts, the answer's start and any tag or part of one), and its stop event goes the ordinary way; a
+       thinking answer's parsers also say which texts are plain thoughts (inside the thoughts, no closing tag or
+       part of one, nothing held back), which the lane writes as the route renders a thought (`thought`, or the
+       blocks' `thinking`);
     3. once the runner has the request (the tap is connected), while the runner computes the first token, the
        lane prepares the response (aiohttp makes the status line and headers and holds them back: nothing is
        sent), `bind`s itself to it (only a chunked, uncompressed body, whose framing the lane writes as aiohttp
@@ -109,8 +112,9 @@ class Lane:
     take are appended to run_completion's own lists (bytes for unparsed text, decoded with the rest at the end),
     so the Final is the same whichever way a token went.
 
-    `unparsed` and `parsed` count the tokens each sink wrote; `Lane.totals` sums them over the process when the
-    response ends, and counts the bodies the lane ended (`ended`). The real-runner test asserts most tokens of a
+    `unparsed` and `parsed` count the tokens each sink wrote (`thoughts` the thoughts); `Lane.totals` sums them
+    over the process when the response ends, and counts the bodies the lane ended (`ended`). The real-runner test
+    asserts most tokens of a
     plain stream are `unparsed` and its body `ended`: a llama-server whose events no longer match _PLAIN, or whose
     stop event carries its text, would otherwise only be slower, silently.
     """
@@ -118,20 +122,26 @@ class Lane:
     totals: ClassVar[collections.Counter[str]] = collections.Counter()
 
     def __init__(self, render: Callable[[str, str], bytes] | None = None,
-                 end: Callable[[Final], Iterable[Any]] | None = None, *, blocks: BlockStream | None = None) -> None:
+                 end: Callable[[Final], Iterable[Any]] | None = None, *, blocks: BlockStream | None = None,
+                 thought: Callable[[str, str], bytes] | None = None) -> None:
         self._render = render  # stateless chunks: a text (and created_at) -> the chunk's bytes
+        self._render_thought = thought  # the same for a thought (None: thoughts go the ordinary way)
         self._blocks = blocks  # or a block translator's events for each text, in its state (Anthropic, Responses)
         self._end = end  # a Final -> the route's last events (None: the ordinary way writes them)
         self.tap = Tap(self._connected)
         self._transport: asyncio.Transport | None = None  # (uvloop's is no subclass: typed, never isinstance)
         self.put: Callable[[bytes], bool] = _refuse  # a text's JSON string body (escaped, UTF-8) -> written?
         self.write: Callable[[str], bool] = _refuse  # the same for a text as it is
+        self._put_thought: Callable[[bytes], bool] = _refuse  # the same two for a thought
+        self._write_thought: Callable[[str], bool] = _refuse
         self._diverted: SSEStream | None = None
         self._text: list[str | bytes] = []
         self._tokens: list[int] | None = None
         self._on_first: Callable[[], None] | None = None
         self._on_stop: Callable[[dict[str, Any]], Final | None] | None = None
         self._plain: Callable[[str], bool] | None = None  # a split answer's: is this text plain content now?
+        self._thought: Callable[[str], bool] | None = None  # ... or a plain thought?
+        self._thinking: list[str] = []
         self._encode: Callable[[Any], bytes] | None = None  # stream_response's encoder and trailer
         self._trailer = b""
         self._writer: AbstractStreamWriter | None = None
@@ -142,6 +152,7 @@ class Lane:
         self.wrote = False  # the lane sent a chunk (and with the first, the headers)
         self.unparsed = 0
         self.parsed = 0
+        self.thoughts = 0
 
     def offer(self, request: web.Request, resp: web.StreamResponse, encode: Callable[[Any], bytes] | None = None,
               trailer: bytes = b"") -> None:
@@ -153,13 +164,18 @@ class Lane:
 
     def collect(self, text: list[str | bytes], tokens: list[int] | None, on_first: Callable[[], None],
                 on_stop: Callable[[dict[str, Any]], Final | None] | None = None,
-                plain: Callable[[str], bool] | None = None) -> None:
+                plain: Callable[[str], bool] | None = None, thought: Callable[[str], bool] | None = None,
+                thinking: list[str] | None = None) -> None:
         """Step 2 (run_completion): where the text and token ids go (None: ids not wanted), what to do when
         the lane writes the first token, and the Final for the runner's stop event (step 5). A split answer
         (thinking, tool calls) gives `plain` (its parsers' `_Split.plain`): the lane writes a token only when its
-        text is plain content in the parsers' state, and declines the others, which the ordinary way splits."""
+        text is plain content in the parsers' state, and declines the others, which the ordinary way splits; a
+        thinking answer also gives `thought` (`_Split.thought`) and where thoughts go: a token its parsers take
+        whole as a thought is written as one, where the route renders thoughts."""
         self._text, self._tokens, self._on_first, self._on_stop = text, tokens, on_first, on_stop
         self._plain = plain
+        if thinking is not None and (self._render_thought is not None or self._blocks is not None):
+            self._thought, self._thinking = thought, thinking
 
     @property
     def ended(self) -> bool:
@@ -214,17 +230,17 @@ class Lane:
         if resp.headers.get("Transfer-Encoding") == "chunked" and not resp.compression and request.transport:
             self._transport = request.transport
             self._writer = request.writer
+            transport, writer = request.transport, request.writer
             if self._blocks is not None:
-                put, write = _block_putters(self._blocks, self._encode or sse_event, request.transport,
-                                            request.writer)
+                encode = self._encode or sse_event
+                put, write = _block_putters(self._blocks.text, encode, transport, writer)
+                put_thought, write_thought = _block_putters(self._blocks.thinking, encode, transport, writer)
             else:
                 assert self._render is not None
-                put = _putter(self._render, request.transport, request.writer)
-
-                def write(text: str) -> bool:
-                    return put(escaped(text))
-
-            send_headers = getattr(request.writer, "send_headers", None)
+                put, write = _template_putters(self._render, transport, writer)
+                put_thought, write_thought = (_template_putters(self._render_thought, transport, writer)
+                                              if self._render_thought is not None else (_refuse, _refuse))
+            send_headers = getattr(writer, "send_headers", None)
 
             def opened() -> bool:  # the first chunk the lane writes: the held-back headers go first
                 if not self.ready():
@@ -232,17 +248,16 @@ class Lane:
                 if send_headers is not None:
                     send_headers()  # (a no-op once aiohttp sent them)
                 self.put, self.write, self.wrote = put, write, True
+                self._put_thought, self._write_thought = put_thought, write_thought
                 if self._on_first is not None:
                     self._on_first()
                 return True
 
-            def first_put(raw: bytes) -> bool:
-                return opened() and put(raw)
+            def first(sink: Callable[[Any], bool]) -> Callable[[Any], bool]:
+                return lambda x: opened() and sink(x)
 
-            def first_write(text: str) -> bool:
-                return opened() and write(text)
-
-            self.put, self.write = first_put, first_write
+            self.put, self.write = first(put), first(write)
+            self._put_thought, self._write_thought = first(put_thought), first(write_thought)
 
     def ready(self) -> bool:
         t = self._transport
@@ -260,12 +275,17 @@ class Lane:
     def _take_unparsed(self, content: bytes, token_ids: bytes) -> bool:
         """A plain token as llama-server's bytes, nothing in them escaped: written and kept as they are."""
         if content:
-            if self._plain is not None and not self._plain(content.decode("utf-8", "surrogateescape")):
+            if self._plain is not None and not self._plain(text := content.decode("utf-8", "surrogateescape")):
+                if self._thought is None or not self._thought(text) or not _whole(text) \
+                        or not self._put_thought(content):
+                    return False
+                self._thinking.append(text)
+                self.thoughts += 1
+            elif not self.put(content):
                 return False
-            if not self.put(content):
-                return False
-            self._text.append(content)
-            self.unparsed += 1
+            else:
+                self._text.append(content)
+                self.unparsed += 1
         if self._tokens is not None and token_ids:
             self._tokens.extend(map(int, token_ids.split(b",")))
         return True
@@ -287,11 +307,15 @@ class Lane:
         content = event.get("content")
         if content:
             if self._plain is not None and not self._plain(content):
+                if self._thought is None or not self._thought(content) or not self._write_thought(content):
+                    return False
+                self._thinking.append(content)
+                self.thoughts += 1
+            elif not self.write(content):
                 return False
-            if not self.write(content):
-                return False
-            self._text.append(content)
-            self.parsed += 1
+            else:
+                self._text.append(content)
+                self.parsed += 1
         if self._tokens is not None and event.get("tokens"):
             self._tokens.extend(event["tokens"])
         return True
@@ -329,6 +353,7 @@ class Lane:
             self._early.cancel()
         Lane.totals["unparsed"] += self.unparsed
         Lane.totals["parsed"] += self.parsed
+        Lane.totals["thoughts"] += self.thoughts
         Lane.totals["ended"] += self.final is not None
 
 
@@ -336,15 +361,37 @@ def _refuse(raw: Any) -> bool:
     return False
 
 
-def _block_putters(blocks: BlockStream, encode: Callable[[Any], bytes], transport: asyncio.Transport,
+def _whole(text: str) -> bool:
+    """A text decoded with surrogateescape had only whole UTF-8 characters (llama-server sends nothing else)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _template_putters(render: Callable[[str, str], bytes], transport: asyncio.Transport,
+                      writer: AbstractStreamWriter) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
+    """`put(raw)` and `write(text)` for a stateless chunk renderer (_putter)."""
+    put = _putter(render, transport, writer)
+
+    def write(text: str) -> bool:
+        return put(escaped(text))
+
+    return put, write
+
+
+def _block_putters(text_events: Callable[[str], Iterable[Any]], encode: Callable[[Any], bytes],
+                   transport: asyncio.Transport,
                    writer: AbstractStreamWriter) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
     """`put(raw)` and `write(text)` for a block translator (Anthropic's MessageStream, the Responses API's
-    ResponseStream): the events its `text` gives for a text in its state (a delta in the open block; the
-    message's or block's opening with the first), in one chunk; False, writing nothing and leaving the state as it
-    was, when the client is gone or slow. A plain token's raw bytes are its text (runner/sse.py _PLAIN: nothing
-    escaped)."""
-    is_closing, buffered, send, text_events = transport.is_closing, transport.get_write_buffer_size, \
-        transport.write, blocks.text
+    ResponseStream; its `text` or `thinking`): the events it gives for a text in its state (a delta in the open
+    block; the message's or block's opening with the first), in one chunk; False, writing nothing and leaving the
+    state as it was, when the client is gone or slow. A plain token's raw bytes are its text (runner/sse.py
+    _PLAIN: nothing escaped)."""
+    is_closing, buffered, send = transport.is_closing, transport.get_write_buffer_size, transport.write
 
     def write(text: str) -> bool:
         if is_closing() or buffered() >= _LANE_BUFFER:

@@ -101,6 +101,13 @@ class ThinkingParser:
         every text is content. (The lane asks, to write such a text itself: server/streaming.py.)"""
         return self._state is _State.CONTENT
 
+    def thought(self, text: str) -> bool:
+        """Whether add(text) would give (text, "") and change nothing: inside the thoughts, nothing held back, and
+        no closing tag, the beginning of one or whitespace that may precede it at the end of `text`. (The lane
+        asks, to write such a text itself.)"""
+        return (self._state is _State.THINKING and not self._held and text != "" and not text[-1].isspace()
+                and self.closing not in text and not partial_suffix(text, self.closing))
+
     def add(self, text: str) -> tuple[str, str]:
         thinking, content = [], []
         buf = self._held + text

@@ -107,22 +107,26 @@ _PIECES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]",
            "_call>", "\n", " ", "{", "}", "x"]
 
 
-@settings(max_examples=400, deadline=None)
+_THOUGHT_PIECES = [" Let", " me", " think", ".", "\n", " ", "<", "/", "</", "think>", "</think", "x", "\n\n"]
+
+
+@settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(_PIECES), max_size=8), st.lists(st.sampled_from(_PIECES), max_size=8),
        st.lists(st.integers(0, 400), max_size=12), st.sampled_from(["<tool_call>", "[TOOL_CALLS]", "{", ""]),
-       st.booleans())
-def test_a_text_the_parsers_call_plain_is_content_and_changes_nothing(before, after, cuts, tag, thinks):
-    """The lane writes a token itself when the parsers call it plain (`_Split.plain`): skipping their add() for
-    such tokens and taking each as content must give the same thoughts, text and calls as feeding them all (an
-    answer of thoughts if the model thinks, text, a call in the tag's form, more text, cut anywhere; without
-    tools (tag ""), the thinking parser alone)."""
+       st.booleans(), st.lists(st.sampled_from(_THOUGHT_PIECES), max_size=8))
+def test_a_text_the_parsers_call_plain_is_content_and_changes_nothing(before, after, cuts, tag, thinks, inner):
+    """The lane writes a token itself when the parsers call it plain (`_Split.plain`) or a plain thought
+    (`_Split.thought`): skipping their add() for such tokens and taking each as content, or as a thought, must
+    give the same thoughts, text and calls as feeding them all (an answer of thoughts if the model thinks, text, a
+    call in the tag's form, more text, cut anywhere; without tools (tag ""), the thinking parser alone)."""
     from ollama_py.server.completion import _Split
     from ollama_py.template.thinking import ThinkingParser
 
     call = {"<tool_call>": CALL_XML, "[TOOL_CALLS]": CALL_MISTRAL, "{": CALL_JSON, "": CALL_XML}[tag]
-    pieces = [*(["<think>", " Let me think. ", "</think>"] if thinks else []), *before, call, *after]
+    thoughts = "".join(["<think>", " Let me think. ", *inner, "</think>"]) if thinks else ""
+    pieces = [thoughts, *before, call, *after]
     text = "".join(pieces)
-    thoughts_end = len("<think> Let me think. </think>") if thinks else 0  # a cut there too: the thinking's end
+    thoughts_end = len(thoughts)  # a cut there too: the thinking's end
     points = sorted({c % (len(text) + 1) for c in cuts} | {0, thoughts_end, len(text)})
     chunks = [text[a:b] for a, b in zip(points, points[1:]) if b > a]
 
@@ -133,6 +137,9 @@ def test_a_text_the_parsers_call_plain_is_content_and_changes_nothing(before, af
             last = i == len(chunks) - 1
             if skip and not last and split.plain(chunk):
                 content.append(chunk)
+                continue
+            if skip and not last and split.thought(chunk):
+                thought.append(chunk)
                 continue
             t, c, k = split.add(chunk, last)
             thought.append(t)

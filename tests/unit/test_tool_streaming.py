@@ -182,16 +182,23 @@ def _lane_tokens() -> int:
     return Lane.totals["unparsed"] + Lane.totals["parsed"]
 
 
-async def _lane_took(before: int, at_least: int = 1) -> int:
-    """The tokens the lane wrote since `before`: a response's counts join the totals when its handler is done,
-    which may be just after the client read the end of the body (waits up to 10 s for `at_least`)."""
+def _lane_thoughts() -> int:
+    from ollama_py.server.streaming import Lane
+
+    return Lane.totals["thoughts"]
+
+
+async def _lane_took(before: int, at_least: int = 1, count: Callable[[], int] = _lane_tokens) -> int:
+    """The tokens (or thoughts) the lane wrote since `before`: a response's counts join the totals when its
+    handler is done, which may be just after the client read the end of the body (waits up to 10 s for
+    `at_least`)."""
     import asyncio
 
     for _ in range(1000):
-        if _lane_tokens() - before >= at_least:
+        if count() - before >= at_least:
             break
         await asyncio.sleep(0.01)
-    return _lane_tokens() - before
+    return count() - before
 
 
 async def test_the_text_of_an_answer_parsed_for_calls_goes_out_through_the_lane(
@@ -216,14 +223,31 @@ async def test_the_text_of_an_answer_parsed_for_calls_goes_out_through_the_lane(
 
 
 async def test_a_thinking_answer_s_content_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
-    url = await tools_server(FAKE_REPLY="<think>|Let me| think.|</think>|It is| sunny| today.|" + CALL,
+    """Thoughts past the first (which leaves the opening tag) and content past the first are the lane's; the tags
+    and the call go the ordinary way; /api/chat's thinking and content, and the Final's, as they came."""
+    url = await tools_server(FAKE_REPLY="<think>|Let me| think| it| over.|</think>|It is| sunny| today.|" + CALL,
                              FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
-    before = _lane_tokens()
+    before, thoughts = _lane_tokens(), _lane_thoughts()
     chunks = await native_chunks(url, model="thinker", think=True)
-    assert [c.message.thinking for c in chunks if c.message.thinking] == ["Let me", " think."]
+    assert [c.message.thinking for c in chunks if c.message.thinking] == ["Let me", " think", " it", " over."]
     assert [c.message.content for c in chunks if c.message.content] == ["It is", " sunny", " today."]
     assert [tc.function.name for c in chunks for tc in c.message.tool_calls or []] == ["get_weather"]
-    assert await _lane_took(before) >= 1
+    assert await _lane_took(before) >= 1 and await _lane_took(thoughts, 2, _lane_thoughts) >= 2
+    whole = await ollama.AsyncClient(host=url).chat(model="thinker", messages=ASK, tools=TOOLS, think=True)
+    assert whole.message.thinking == "Let me think it over." and whole.message.content == "It is sunny today."
+
+
+async def test_openai_reasoning_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="<think>|Let me| think| it| over.|</think>|It is| sunny.",
+                             FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
+    thoughts = _lane_thoughts()
+    stream = await oai_client(url).chat.completions.create(model="thinker", messages=ASK, stream=True,
+                                                           reasoning_effort="high")
+    got = [c async for c in stream]
+    reasoning = [getattr(c.choices[0].delta, "reasoning", None) for c in got if c.choices]
+    assert [r for r in reasoning if r] == ["Let me", " think", " it", " over."]
+    assert "".join(c.choices[0].delta.content or "" for c in got if c.choices) == "It is sunny."
+    assert await _lane_took(thoughts, 2, _lane_thoughts) >= 2
 
 
 async def _anthropic_events(url: str, **body: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -288,15 +312,15 @@ async def test_anthropic_thoughts_text_and_a_call_keep_their_blocks_through_the_
         tools_server: Callable[..., Any]) -> None:
     """Thoughts (the ordinary way), then text the lane writes in the next block, then the call's block: indices
     0, 1, 2, every delta in order; the official client builds the same message."""
-    url = await tools_server(FAKE_REPLY="<think>|Let me| think.|</think>|It is| sunny| today.|" + CALL,
+    url = await tools_server(FAKE_REPLY="<think>|Let me| think| it| over.|</think>|It is| sunny| today.|" + CALL,
                              FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
-    before = _lane_tokens()
+    before, thoughts = _lane_tokens(), _lane_thoughts()
     events = await _anthropic_events(url, model="thinker", tools=ANT_TOOLS, thinking={"type": "enabled",
                                                                                        "budget_tokens": 1024})
-    assert _check_blocks(events) == [(0, "thinking", "Let me think."), (1, "text", "It is sunny today."),
+    assert _check_blocks(events) == [(0, "thinking", "Let me think it over."), (1, "text", "It is sunny today."),
                                      (2, "tool_use", '{"city":"Paris"}')]
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
-    assert await _lane_took(before) >= 1
+    assert await _lane_took(before) >= 1 and await _lane_took(thoughts, 2, _lane_thoughts) >= 2
     client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
     async with client.messages.stream(model="thinker", max_tokens=64, messages=ASK, tools=ANT_TOOLS) as stream:
         message = await stream.get_final_message()
