@@ -87,3 +87,54 @@ async def test_an_openai_text_completion_stream_takes_the_lane_start_to_end(clie
     unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
     chunks = sum(1 for e in events if e["choices"] and e["choices"][0]["text"])
     assert unparsed + parsed >= 0.8 * chunks, (unparsed, parsed, chunks)
+
+
+async def _counts_in(before: tuple[int, int], ends: int) -> tuple[int, int, int]:
+    """The lane's counts since `before` once the response's handler is done (they join the totals then, which may
+    be just after the client read the end of the body)."""
+    import asyncio
+
+    for _ in range(1000):
+        if ended() > ends:
+            break
+        await asyncio.sleep(0.01)
+    unparsed, parsed = (a - b for a, b in zip(taken(), before, strict=True))
+    return unparsed, parsed, ended() - ends
+
+
+async def test_an_anthropic_message_stream_takes_the_lane_start_to_end(client: Any) -> None:
+    """Claude Code's route: the message's opening, every text delta and the message's end written by the lane
+    (MessageStream's events, as the ordinary way makes them); the same text as the whole message."""
+    before, ends = taken(), ended()
+    body = {"model": "smollm2:135m", "max_tokens": 48, "temperature": 0, "stream": True,
+            "messages": [{"role": "user", "content": PROMPT}]}
+    r = await client.post("/v1/messages", json=body)
+    assert r.status == 200
+    events = [json.loads(line[6:]) for line in (await r.text()).splitlines() if line.startswith("data: {")]
+    deltas = [e["delta"]["text"] for e in events if e["type"] == "content_block_delta"]
+    assert [e["type"] for e in events[:3]] == ["message_start", "ping", "content_block_start"]
+    assert [e["type"] for e in events[-3:]] == ["content_block_stop", "message_delta", "message_stop"]
+    unparsed, parsed, ended_bodies = await _counts_in(before, ends)
+    whole = await (await client.post("/v1/messages", json={**body, "stream": False})).json()
+    assert "".join(deltas) == whole["content"][0]["text"] and len(deltas) >= 24
+    assert events[-2]["delta"]["stop_reason"] == whole["stop_reason"] == "max_tokens"
+    assert ended_bodies == 1
+    assert unparsed + parsed >= 0.8 * len(deltas), (unparsed, parsed, len(deltas))
+    assert unparsed >= 0.5 * len(deltas), f"only {unparsed} of {len(deltas)} tokens matched runner/sse.py _PLAIN"
+
+
+async def test_a_responses_stream_takes_the_lane_start_to_end(client: Any) -> None:
+    """Codex's route: each event numbered in order, the text deltas and the response's end written by the lane."""
+    before, ends = taken(), ended()
+    body = {"model": "smollm2:135m", "max_output_tokens": 48, "temperature": 0, "stream": True, "input": PROMPT}
+    r = await client.post("/v1/responses", json=body)
+    assert r.status == 200
+    events = [json.loads(line[6:]) for line in (await r.text()).splitlines() if line.startswith("data: {")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert events[-1]["type"] == "response.completed"
+    unparsed, parsed, ended_bodies = await _counts_in(before, ends)
+    whole = await (await client.post("/v1/responses", json={**body, "stream": False})).json()
+    assert "".join(deltas) == whole["output"][0]["content"][0]["text"] and len(deltas) >= 24
+    assert ended_bodies == 1
+    assert unparsed + parsed >= 0.8 * len(deltas), (unparsed, parsed, len(deltas))
