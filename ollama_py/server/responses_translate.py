@@ -512,9 +512,11 @@ class ResponseStream:
         self.offered = offered or Offered()
         self._seq = 0
         self._index = 0  # output_index of the item being written
-        self._thinking: str | None = None  # None until a reasoning item is open
+        # the reasoning's and the message's text so far, in pieces (joined at their ends: a string grown by `+=` on
+        # an attribute is copied whole each time, quadratic over a long answer); None until the item is open
+        self._thinking: list[str] | None = None
         self._thinking_done = False
-        self._text: str | None = None  # None until the message item is open
+        self._text: list[str] | None = None
         self._done_items: list[dict[str, Any]] = []
 
     def _event(self, kind: str, data: dict[str, Any]) -> Event:
@@ -534,11 +536,11 @@ class ResponseStream:
         if not text:
             return
         if self._thinking is None:
-            self._thinking = ""
+            self._thinking = []
             yield self._event("response.output_item.added", {
                 "output_index": self._index,
                 "item": {"id": f"rs_{self.response_id}", "type": "reasoning", "summary": []}})
-        self._thinking += text
+        self._thinking.append(text)
         yield self._event("response.reasoning_summary_text.delta", {
             "item_id": f"rs_{self.response_id}", "output_index": self._index, "summary_index": 0, "delta": text})
 
@@ -546,9 +548,10 @@ class ResponseStream:
         if self._thinking is None or self._thinking_done:
             return
         self._thinking_done = True
-        item = _reasoning_item(f"rs_{self.response_id}", self._thinking)
+        thinking = "".join(self._thinking)
+        item = _reasoning_item(f"rs_{self.response_id}", thinking)
         yield self._event("response.reasoning_summary_text.done", {
-            "item_id": item["id"], "output_index": self._index, "summary_index": 0, "text": self._thinking})
+            "item_id": item["id"], "output_index": self._index, "summary_index": 0, "text": thinking})
         yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
         self._done_items.append(item)
         self._index += 1
@@ -559,12 +562,12 @@ class ResponseStream:
             return
         yield from self._finish_thinking()
         if self._text is None:
-            self._text = ""
+            self._text = []
             yield self._event("response.output_item.added", {
                 "output_index": self._index, "item": _message_item(self.item_id, "", "in_progress")})
             yield self._event("response.content_part.added", {
                 "item_id": self.item_id, "output_index": self._index, "content_index": 0, "part": _text_part("")})
-        self._text += text
+        self._text.append(text)
         yield self._event("response.output_text.delta", {
             "item_id": self.item_id, "output_index": self._index, "content_index": 0, "delta": text, "logprobs": []})
 
@@ -572,13 +575,14 @@ class ResponseStream:
         yield from self._start()
         yield from self._finish_thinking()
         if self._text is not None:  # the text (before any calls) first
-            item = _message_item(self.item_id, self._text)
+            text = "".join(self._text)
+            item = _message_item(self.item_id, text)
             yield self._event("response.output_text.done", {
-                "item_id": self.item_id, "output_index": self._index, "content_index": 0, "text": self._text,
+                "item_id": self.item_id, "output_index": self._index, "content_index": 0, "text": text,
                 "logprobs": []})
             yield self._event("response.content_part.done", {
                 "item_id": self.item_id, "output_index": self._index, "content_index": 0,
-                "part": _text_part(self._text)})
+                "part": _text_part(text)})
             yield self._event("response.output_item.done", {"output_index": self._index, "item": item})
             self._done_items.append(item)
             self._index += 1
