@@ -217,7 +217,7 @@ class Lane:
         """Nothing was sent: the prepared response is taken back, so that an error gets a response of its own
         (aiohttp's writer keeps only its chunked framing from the preparation; the error's response replaces the
         held-back headers)."""
-        self.put = self.write = _refuse
+        self.put = self.write = self._put_thought = self._write_thought = _refuse
         if self.response is not None and self.response.prepared and not self.wrote:
             writer = request.writer
             if hasattr(writer, "chunked"):
