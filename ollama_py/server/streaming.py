@@ -113,10 +113,9 @@ class Lane:
     so the Final is the same whichever way a token went.
 
     `unparsed` and `parsed` count the tokens each sink wrote (`thoughts` the thoughts); `Lane.totals` sums them
-    over the process when the response ends, and counts the bodies the lane ended (`ended`). The real-runner test
-    asserts most tokens of a
-    plain stream are `unparsed` and its body `ended`: a llama-server whose events no longer match _PLAIN, or whose
-    stop event carries its text, would otherwise only be slower, silently.
+    over the process when the response ends, and counts the bodies the lane ended (`ended`). The real-runner tests
+    assert most tokens of a plain stream are `unparsed` and its body `ended`, on every route: a llama-server whose
+    events no longer match _PLAIN, or whose stop event carries its text, would otherwise only be slower, silently.
     """
 
     totals: ClassVar[collections.Counter[str]] = collections.Counter()
