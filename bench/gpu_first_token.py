@@ -17,8 +17,9 @@ Steps, each written to the report as it ends (bench/gpu.py's Report, so a cut-of
   gateway's sides only. serve's CPU per native request (schedstat).
 - `keepalive`: the native and OpenAI rotations with the gateway's client connection kept between requests, as
   the official clients keep theirs (llama-server's sides: a new connection a request, its best case).
-- `decode`: one 256-token stream through the gateway and from the same runner directly, alternating rounds:
-  tokens/s between the first and last token at the client.
+- `decode`: one 256-token stream through the gateway (/api/generate, and Anthropic's /v1/messages as Claude Code
+  streams) and from the same runner directly, rotating rounds: tokens/s between the first and last token at the
+  client.
 - `long`: an 8-token answer after a ~10 KB conversation (an agent's system prompt and tools, a few turns),
   through the gateway's OpenAI and native chat routes and llama-server's own chat endpoint, alternating.
 - `conc`: 16 clients at once on the runner's 4 slots, 64 tokens each, through the gateway and to the same runner
@@ -127,7 +128,7 @@ def profiled_serve(out: str) -> None:
     cli_main()
 
 
-FIRST = re.compile(rb'"(?:content|response)": ?"[^"]')  # the first event with text, SSE or NDJSON
+FIRST = re.compile(rb'"(?:content|response|text)": ?"[^"]')  # the first event with text, SSE or NDJSON
 
 
 def traced_serve(out: str) -> None:
@@ -253,6 +254,8 @@ def one(url: str, kind: str, model: str, n: int, key: str = "",
                                                    "max_tokens": n, "temperature": 0, "seed": 1}),
         "chat": ("/api/chat", {"model": model, "messages": chat, "stream": True,
                                "options": {"num_predict": n, "temperature": 0, "seed": 1}}),
+        "anthropic": ("/v1/messages", {"model": model, "messages": chat, "stream": True, "max_tokens": n,
+                                       "temperature": 0}),
     }[kind]
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     data = json.dumps(body).encode()
@@ -413,26 +416,35 @@ def step_long(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, 
 
 def step_decode(report: gpu.Report, sides: dict[str, tuple[str, str]], name: str, rounds: int,
                 n: int = 256) -> None:
-    """Decode of one stream through the gateway (native, raw) and from the same runner directly, alternating:
-    tokens/s between the first and the last token at the client (temperature 0: the same tokens both ways)."""
-    got: dict[str, list[dict[str, Any]]] = {"gateway": [], "direct": []}
+    """Decode of one stream through the gateway (native, raw), through Anthropic's Messages (Claude Code's route:
+    its events made per token) and from the same runner directly, rotating: tokens/s between the first and the
+    last token at the client (temperature 0: the same tokens each way)."""
+    kinds = ("gateway", "anthropic", "direct")
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for r in range(rounds):
         if report.left() < 60:
             break
-        for kind in (("gateway", "direct") if r % 2 == 0 else ("direct", "gateway")):
-            got[kind].append(one(sides[kind][0], kind, name, n, sides[kind][1]))
+        for kind in kinds[r % 3:] + kinds[:r % 3]:
+            url, key = sides["direct" if kind == "direct" else "gateway"]
+            got[kind].append(one(url, kind, name, n, key))
 
     def rate(g: dict[str, Any]) -> float:
         span = (g["last_token"] or 0) - (g["ttft"] or 0)
         return (g["tokens"] - 1) / span if span > 0 and g["tokens"] > 1 else 0.0
 
-    pairs = [(rate(a), rate(b)) for a, b in zip(got["gateway"], got["direct"], strict=False) if rate(b) > 0]
-    ratio = gpu.med([a / b for a, b in pairs]) or 0
+    def ratio_of(kind: str) -> tuple[float, float, float, int]:
+        pairs = [(rate(a), rate(b)) for a, b in zip(got[kind], got["direct"], strict=False) if rate(b) > 0]
+        return (gpu.med([a / b for a, b in pairs]) or 0, gpu.med([a for a, _ in pairs]) or 0,
+                gpu.med([b for _, b in pairs]) or 0, len(pairs))
+
+    ratio, through, direct, n_pairs = ratio_of("gateway")
+    ant_ratio, ant_through, _, _ = ratio_of("anthropic")
     tokens = gpu.med([float(g["tokens"]) for g in got["gateway"]]) or 0
-    report.add(f"Decode of one stream, {n} tokens asked, native, the same runner process",
-               f"tokens/s at the client through the gateway {gpu.med([a for a, _ in pairs]) or 0:.0f}, directly "
-               f"{gpu.med([b for _, b in pairs]) or 0:.0f}: **{ratio:.3f}** of direct (median of {len(pairs)} "
-               f"paired rounds; {tokens:.0f} tokens a stream)", ratio=ratio, rounds=got)
+    report.add(f"Decode of one stream, {n} tokens asked, the same runner process",
+               f"tokens/s at the client through the gateway's /api/generate {through:.0f}, its /v1/messages "
+               f"{ant_through:.0f}, directly {direct:.0f}: **{ratio:.3f}** and **{ant_ratio:.3f}** of direct (medians "
+               f"of {n_pairs} paired rounds; {tokens:.0f} tokens a stream)", ratio=ratio, anthropic_ratio=ant_ratio,
+               rounds=got)
 
 
 def step_variant(report: gpu.Report, work: Path, argv: list[str], extra: list[str], name: str, rounds: int) -> None:
