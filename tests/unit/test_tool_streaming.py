@@ -237,6 +237,19 @@ async def test_a_thinking_answer_s_content_goes_out_through_the_lane(tools_serve
     assert whole.message.thinking == "Let me think it over." and whole.message.content == "It is sunny today."
 
 
+async def test_generate_thinking_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
+    url = await tools_server(FAKE_REPLY="<think>|Let me| think| it| over.|</think>|It is| sunny.",
+                             FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
+    thoughts = _lane_thoughts()
+    client = ollama.AsyncClient(host=url)
+    chunks = [c async for c in await client.generate(model="thinker", prompt="Weather?", think=True, stream=True)]
+    assert [c.thinking for c in chunks if c.thinking] == ["Let me", " think", " it", " over."]
+    assert "".join(c.response for c in chunks) == "It is sunny." and chunks[-1].done
+    assert await _lane_took(thoughts, 2, _lane_thoughts) >= 2
+    whole = await client.generate(model="thinker", prompt="Weather?", think=True)
+    assert whole.thinking == "Let me think it over." and whole.response == "It is sunny."
+
+
 async def test_openai_reasoning_goes_out_through_the_lane(tools_server: Callable[..., Any]) -> None:
     url = await tools_server(FAKE_REPLY="<think>|Let me| think| it| over.|</think>|It is| sunny.",
                              FAKE_REPLY_SPLIT="|", FAKE_TOKEN_DELAY="0.05")
