@@ -476,9 +476,21 @@ class MessageStream:
             events.append(("content_block_start", {"type": "content_block_start", "index": self._index,
                                                    "content_block": {"type": kind, kind: ""}}))
         if kind == "text" or self.show_thinking:
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": self._index,
-                                                   "delta": {"type": f"{kind}_delta", kind: text}}))
+            events.append(self.delta_event(kind, text, self._index))
         return events
+
+    def delta_event(self, kind: str, text: str, number: int) -> Event:
+        """A text or thinking delta in the block numbered `number`."""
+        return "content_block_delta", {"type": "content_block_delta", "index": number,
+                                       "delta": {"type": f"{kind}_delta", kind: text}}
+
+    def steady_delta(self, kind: str, text: str) -> tuple[str, int] | None:
+        """Where `text` (or `thinking`) would give one event, the delta in the open block of its kind: the
+        delta's layout (its kind) and number (the block's index), the text taken as `text` takes it; else None,
+        nothing taken. (The lane formats such a delta into its layout: streaming._block_putters.)"""
+        if self._open == kind and text and (kind == "text" or self.show_thinking):
+            return kind, self._index
+        return None
 
     def _close_block(self) -> list[Event]:
         if self._open is None:

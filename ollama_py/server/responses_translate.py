@@ -541,8 +541,37 @@ class ResponseStream:
                 "output_index": self._index,
                 "item": {"id": f"rs_{self.response_id}", "type": "reasoning", "summary": []}})
         self._thinking.append(text)
-        yield self._event("response.reasoning_summary_text.delta", {
-            "item_id": f"rs_{self.response_id}", "output_index": self._index, "summary_index": 0, "delta": text})
+        self._seq += 1
+        yield self.delta_event("thinking", text, self._seq - 1)
+
+    def delta_event(self, kind: str, text: str, number: int) -> Event:
+        """The text or reasoning delta of the item being written, numbered `number`."""
+        if kind == "text":
+            return "response.output_text.delta", {
+                "type": "response.output_text.delta", "sequence_number": number, "item_id": self.item_id,
+                "output_index": self._index, "content_index": 0, "delta": text, "logprobs": []}
+        return "response.reasoning_summary_text.delta", {
+            "type": "response.reasoning_summary_text.delta", "sequence_number": number,
+            "item_id": f"rs_{self.response_id}", "output_index": self._index, "summary_index": 0, "delta": text}
+
+    def steady_delta(self, kind: str, text: str) -> tuple[tuple[str, int], int] | None:
+        """Where `text` (or `thinking`) would give one event, the delta of the open item of its kind: the text
+        taken as they take it, and the delta's layout (its kind and output_index) and number (its
+        sequence_number); else None, nothing taken. (The lane formats such a delta into its layout:
+        streaming._block_putters.)"""
+        if not text or not self._seq:
+            return None
+        if kind == "text":
+            if self._text is None or not (self._thinking is None or self._thinking_done):
+                return None
+            self._text.append(text)
+        elif self._thinking is not None:
+            self._thinking.append(text)
+        else:
+            return None
+        number = self._seq
+        self._seq = number + 1
+        return (kind, self._index), number
 
     def _finish_thinking(self) -> Iterator[Event]:
         if self._thinking is None or self._thinking_done:
@@ -568,8 +597,8 @@ class ResponseStream:
             yield self._event("response.content_part.added", {
                 "item_id": self.item_id, "output_index": self._index, "content_index": 0, "part": _text_part("")})
         self._text.append(text)
-        yield self._event("response.output_text.delta", {
-            "item_id": self.item_id, "output_index": self._index, "content_index": 0, "delta": text, "logprobs": []})
+        self._seq += 1
+        yield self.delta_event("text", text, self._seq - 1)
 
     def finish(self, final: Final) -> Iterator[Event]:
         yield from self._start()

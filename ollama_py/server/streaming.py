@@ -56,6 +56,7 @@ _LANE_BUFFER = 64 * 1024  # bytes waiting in the transport beyond which the lane
 
 
 _TEXT, _TIME = "\ue000text\ue000", "\ue000time\ue000"  # markers no chunk's fixed parts contain
+_NUMBER = 8765432109876543210  # ... and a number no event's fixed parts contain (a delta's index or sequence number)
 
 
 def escaped(text: str) -> bytes:
@@ -71,8 +72,9 @@ class Lane:
     1. the route makes a Lane with its chunk renderer (`render(text, created_at) -> bytes`: the chunk's fixed
        parts are laid out once, each token formats two bytes) or, for named events that keep state (Anthropic's
        blocks, the Responses API's sequence numbers), its block translator (`blocks`: the events its `text`
-       gives, the message's or block's opening with the first), and gives it to both the CompletionRequest and
-       the writer (`ndjson` / `sse`);
+       gives, the message's or block's opening with the first; past that, one delta, formatted into a layout
+       made once, its number and text formatted in), and gives it to both the CompletionRequest and the writer
+       (`ndjson` / `sse`);
     2. stream_response `offer`s the lane its response, not yet prepared, before it waits for the first event;
        run_completion, for a request without logprobs (nor a forced call, nor a model whose parser reads whole
        messages), `collect`s: it gives the lane the lists its text and token ids go to and what to do at the first
@@ -232,8 +234,8 @@ class Lane:
             transport, writer = request.transport, request.writer
             if self._blocks is not None:
                 encode = self._encode or sse_event
-                put, write = _block_putters(self._blocks.text, encode, transport, writer)
-                put_thought, write_thought = _block_putters(self._blocks.thinking, encode, transport, writer)
+                put, write = _block_putters(self._blocks, "text", encode, transport, writer)
+                put_thought, write_thought = _block_putters(self._blocks, "thinking", encode, transport, writer)
             else:
                 assert self._render is not None
                 put, write = _template_putters(self._render, transport, writer)
@@ -382,33 +384,66 @@ def _template_putters(render: Callable[[str, str], bytes], transport: asyncio.Tr
     return put, write
 
 
-def _block_putters(text_events: Callable[[str], Iterable[Any]], encode: Callable[[Any], bytes],
-                   transport: asyncio.Transport,
+def _block_putters(blocks: BlockStream, kind: str, encode: Callable[[Any], bytes], transport: asyncio.Transport,
                    writer: AbstractStreamWriter) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
     """`put(raw)` and `write(text)` for a block translator (Anthropic's MessageStream, the Responses API's
-    ResponseStream; its `text` or `thinking`): the events it gives for a text in its state (a delta in the open
-    block; the message's or block's opening with the first), in one chunk; False, writing nothing and leaving the
-    state as it was, when the client is gone or slow. A plain token's raw bytes are its text (runner/sse.py
-    _PLAIN: nothing escaped)."""
-    is_closing, buffered, send = transport.is_closing, transport.get_write_buffer_size, transport.write
+    ResponseStream; its `text` or `thinking`, as `kind` says): the events it gives for a text in its state (a
+    delta in the open block; the message's or block's opening with the first), in one chunk; False, writing
+    nothing and leaving the state as it was, when the client is gone or slow. A plain token's raw bytes are its
+    text (runner/sse.py _PLAIN: nothing escaped).
 
-    def write(text: str) -> bool:
+    The token path: while the translator says a text makes one delta (`steady_delta`: its layout and number), the
+    delta's bytes are formatted into that layout, made once from `delta_event` with markers as _putter makes a
+    route's chunk, the text's JSON string body and the number formatted in; else its events are made and
+    encoded."""
+    is_closing, buffered, send = transport.is_closing, transport.get_write_buffer_size, transport.write
+    text_events = blocks.text if kind == "text" else blocks.thinking
+    steady, delta_event = blocks.steady_delta, blocks.delta_event
+    layouts: dict[Any, tuple[bytes, bool] | None] = {}
+
+    def layout() -> tuple[bytes, bool] | None:
+        """The delta's bytes in the current state as a format, and whether the number comes before the text;
+        None where the markers are not each found once (the delta is then encoded a token at a time)."""
+        chunk = encode(delta_event(kind, _TEXT, _NUMBER))
+        text, number = f'"{_TEXT}"'.encode(), b"%d" % _NUMBER
+        if chunk.count(text) != 1 or chunk.count(number) != 1:
+            return None
+        fmt = chunk.replace(b"%", b"%%").replace(text, b'"%s"').replace(number, b"%d")
+        return fmt, chunk.index(number) < chunk.index(text)
+
+    def emit(text: str, raw: bytes | None) -> bool:
         if is_closing() or buffered() >= _LANE_BUFFER:
             return False
-        data = b"".join([encode(event) for event in text_events(text)])
-        if not data:  # (an empty chunk would end the body)
-            return True
+        taken = steady(kind, text)
+        if taken is None:
+            data = b"".join([encode(event) for event in text_events(text)])
+            if not data:  # (an empty chunk would end the body)
+                return True
+        else:
+            key, n = taken
+            if key not in layouts:
+                layouts[key] = layout()
+            made = layouts[key]
+            if made is None:
+                data = encode(delta_event(kind, text, n))
+            else:
+                fmt, number_first = made
+                body = escaped(text) if raw is None else raw
+                data = fmt % ((n, body) if number_first else (body, n))
         frame = b"%x\r\n%s\r\n" % (len(data), data)
         writer.output_size += len(frame)  # the access log's byte count
         send(frame)
         return True
+
+    def write(text: str) -> bool:
+        return emit(text, None)
 
     def put(raw: bytes) -> bool:
         try:
             text = raw.decode()
         except UnicodeDecodeError:  # (llama-server sends whole characters; the ordinary way says what this was)
             return False
-        return write(text)
+        return emit(text, raw)
 
     return put, write
 
@@ -695,6 +730,10 @@ class BlockStream(Protocol):
     def text(self, text: str) -> Iterable[NamedEvent]: ...
 
     def finish(self, final: Final) -> Iterable[NamedEvent]: ...
+
+    def delta_event(self, kind: str, text: str, number: int) -> NamedEvent: ...
+
+    def steady_delta(self, kind: str, text: str) -> tuple[Any, int] | None: ...
 
 
 async def content_blocks(events: AsyncIterator[Delta | Final], blocks: BlockStream) -> AsyncIterator[NamedEvent]:
