@@ -86,19 +86,22 @@ def test_the_lane_writes_what_the_translator_makes(which: str, show_thinking: bo
     assert list(lane_stream.finish(FINAL)) == list(ordinary.finish(FINAL))
 
 
+def _counting(encoded: list[Any]) -> Any:
+    def encode(event: Any) -> bytes:
+        encoded.append(event)
+        return sse_event(event)
+
+    return encode
+
+
 def test_past_the_opening_each_delta_is_formatted_not_encoded() -> None:
     """The first text opens the message (or response) and its block (or item): those events are encoded; each
     text after it is one delta, formatted into the layout made once (one encoding more, of the markers)."""
     for stream, opening in ((MessageStream("msg_1", "m", 7), 4), (ResponseStream("r1", "i1", "m", parse_responses(
             {"model": "m", "input": "hi", "stream": True}).echo), 5)):
         encoded: list[Any] = []
-
-        def encode(event: Any) -> bytes:
-            encoded.append(event)
-            return sse_event(event)
-
         transport = _Transport()
-        _, write = _block_putters(stream, "text", encode, transport, _Writer())  # type: ignore[arg-type]
+        _, write = _block_putters(stream, "text", _counting(encoded), transport, _Writer())  # type: ignore[arg-type]
         for text in ("Hello", " there", ' "quoted"', " 100%", " done"):
             assert write(text)
         assert len(encoded) == opening + 1, [e[0] for e in encoded]
