@@ -29,6 +29,28 @@ BATCH_SECONDS = 0.1  # after a write the writer lets lines gather this long (a t
 FLUSH_SECONDS = 2.0  # how long an exit waits for stderr to take what is buffered
 
 
+LINE_FORMAT = "time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"
+
+
+class LineFormatter(logging.Formatter):
+    """logging.Formatter's lines, with the time's text made once a second: serve writes a line per request, and
+    time.localtime and strftime were a third of formatting one."""
+
+    def __init__(self, fmt: str = LINE_FORMAT) -> None:
+        super().__init__(fmt)
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's
+        if datefmt is not None or self.converter is not time.localtime:
+            return super().formatTime(record, datefmt)
+        whole = int(record.created)
+        second, text = self._second  # (one tuple: a thread that formats meanwhile sees either or the other)
+        if second != whole:
+            text = time.strftime(self.default_time_format, time.localtime(whole))
+            self._second = (whole, text)
+        return self.default_msec_format % (text, record.msecs) if self.default_msec_format else text
+
+
 class BackgroundStderrHandler(logging.Handler):
     """A logging handler whose lines reach `stream` (stderr) from a writer thread; emit never blocks on I/O."""
 
@@ -65,6 +87,15 @@ class BackgroundStderrHandler(logging.Handler):
             if self._idle:
                 self._idle = False
                 self._cond.notify_all()  # all: a drain() may wait on the same condition
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        """As logging.Handler's, without its lock around emit: emit takes the buffer's own."""
+        rv: object = self.filter(record)
+        if isinstance(rv, logging.LogRecord):  # (Python 3.12+: a filter may give a record in the record's place)
+            record = rv
+        if rv:
+            self.emit(record)
+        return bool(rv)
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         """Never logging's default (a traceback written to stderr on the caller's thread, which may block)."""

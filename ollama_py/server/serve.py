@@ -21,7 +21,7 @@ from ollama_py.config import Settings
 from ollama_py.server.app import create_app
 from ollama_py.server.appkeys import CONNECTIONS, SCHEDULER, SETTINGS
 from ollama_py.server.connections import GuardedSite, raise_open_file_limit
-from ollama_py.server.log_output import BackgroundStderrHandler
+from ollama_py.server.log_output import BackgroundStderrHandler, LineFormatter
 from ollama_py.server.loop_watch import LoopWatch
 from ollama_py.store.lock import StoreLocked
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def configure_logging(settings: Settings) -> BackgroundStderrHandler:
     """Log lines to stderr from a thread of their own (server/log_output.py): a stderr nobody reads stops no client."""
     handler = BackgroundStderrHandler()
-    handler.setFormatter(logging.Formatter("time=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"))
+    handler.setFormatter(LineFormatter())
     # The line names no caller, thread or process: a record need not look them up (the logging HOWTO's
     # "Optimization"; the caller's frame walk and a getpid system call were a fifth of an access line's cost).
     logging._srcfile = None

@@ -211,3 +211,39 @@ def test_serve_started_with_stderr_closed_logs_nowhere_and_never_waits(monkeypat
     handler.emit(_record("lost"))
     assert handler.drain(0.5)
     handler.close()
+
+
+def test_serves_line_formatter_writes_what_loggings_own_writes():
+    """LineFormatter makes the time's text once a second: every line is still logging.Formatter's, across seconds,
+    with msecs, with an exception's traceback, from threads at once."""
+    from ollama_py.server.log_output import LINE_FORMAT, LineFormatter
+
+    ours, theirs = LineFormatter(), logging.Formatter(LINE_FORMAT)
+    start = time.time()
+    for i in range(3000):
+        record = _record("line %d of %s", i, "many")
+        record.created = start + i * 0.0137  # across ~41 seconds, msecs varying
+        record.msecs = (record.created - int(record.created)) * 1000
+        assert ours.format(record) == theirs.format(record)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord("ollama_py.test", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert ours.format(record) == theirs.format(record)
+    assert "ValueError: boom" in ours.format(record)
+
+    seen: list[str] = []
+
+    def many() -> None:
+        for k in range(500):
+            record = _record("from a thread %d", k)
+            record.created = start + k * 0.5
+            record.msecs = 0.0
+            seen.append(ours.format(record) == theirs.format(record))
+
+    threads = [threading.Thread(target=many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 2000 and all(seen)
