@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +97,10 @@ def _runners_dir(tmp: Path, pin: str = "", clock: str = "steady") -> Path:
     return runners
 
 
-async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
-                headers: dict[str, str] | None = None) -> tuple[float, float, int]:
-    """(first content at, end at, content chunks), seconds from the request's start."""
-    t0 = time.perf_counter()
-    first = None
-    chunks = 0
+async def payloads(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
+                   headers: dict[str, str] | None = None) -> AsyncIterator[bytes]:
+    """POST `body` and yield each event's JSON as it arrives: an NDJSON line, or an SSE event's data (event names,
+    comments and [DONE] skipped)."""
     async with session.post(url, json=body, headers=headers) as resp:
         if resp.status != 200:
             raise RuntimeError(f"{url}: {resp.status} {(await resp.text())[:300]}")
@@ -109,22 +108,32 @@ async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
             line = line.strip()
             if line.startswith(b"data: "):
                 line = line[6:]
-            if not line or line == b"[DONE]" or line.startswith((b"event:", b":")):  # SSE event names, comments
+            if not line or line == b"[DONE]" or line.startswith((b"event:", b":")):
                 continue
-            ev = json.loads(line)
-            if "choices" in ev:
-                choices = ev["choices"]
-                text = (choices[0].get("delta") or {}).get("content") if choices else None
-            elif ev.get("type") == "content_block_delta":  # Anthropic's Messages
-                text = (ev.get("delta") or {}).get("text")
-            elif ev.get("type") == "response.output_text.delta":  # the Responses API
-                text = ev.get("delta")
-            else:
-                text = ev.get("content") or ev.get("response") or (ev.get("message") or {}).get("content")
-            if text:
-                chunks += 1
-                if first is None:
-                    first = time.perf_counter() - t0
+            yield line
+
+
+async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
+                headers: dict[str, str] | None = None) -> tuple[float, float, int]:
+    """(first content at, end at, content chunks), seconds from the request's start."""
+    t0 = time.perf_counter()
+    first = None
+    chunks = 0
+    async for line in payloads(session, url, body, headers):
+        ev = json.loads(line)
+        if "choices" in ev:
+            choices = ev["choices"]
+            text = (choices[0].get("delta") or {}).get("content") if choices else None
+        elif ev.get("type") == "content_block_delta":  # Anthropic's Messages
+            text = (ev.get("delta") or {}).get("text")
+        elif ev.get("type") == "response.output_text.delta":  # the Responses API
+            text = ev.get("delta")
+        else:
+            text = ev.get("content") or ev.get("response") or (ev.get("message") or {}).get("content")
+        if text:
+            chunks += 1
+            if first is None:
+                first = time.perf_counter() - t0
     end = time.perf_counter() - t0
     return (first if first is not None else end), end, chunks
 

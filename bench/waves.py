@@ -35,25 +35,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import create_model, free_port, median, runner_argv, runner_key, start_serve  # noqa: E402
-from bench.gpu_speed_fake import _runners_dir  # noqa: E402
+from bench.gpu_speed_fake import _runners_dir, payloads  # noqa: E402
 from bench.relay_floor import wait_listening  # noqa: E402
 
 
 async def chunk_times(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
                       headers: dict[str, str] | None, t0: float) -> list[float]:
     """Seconds from t0 at which each content chunk (an NDJSON line or an SSE data event) arrived."""
-    out: list[float] = []
-    async with session.post(url, json=body, headers=headers) as resp:
-        if resp.status != 200:
-            raise RuntimeError(f"{url}: {resp.status} {(await resp.text())[:300]}")
-        async for line in resp.content:
-            line = line.strip()
-            if line.startswith(b"data: "):
-                line = line[6:]
-            if not line or line == b"[DONE]" or line.startswith((b"event:", b":")):
-                continue
-            out.append(time.perf_counter() - t0)
-    return out
+    return [time.perf_counter() - t0 async for _ in payloads(session, url, body, headers)]
 
 
 def start_relay(port: int, upstream: str, key: str) -> subprocess.Popen[bytes]:
