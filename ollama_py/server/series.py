@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
@@ -45,6 +45,16 @@ class _Family:
         self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
         self._children: dict[tuple[str, ...], Any] = {}
 
+    def _new(self) -> Any:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> Any:
+        """The series of these label values, made on first use (as prometheus_client's `labels`)."""
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._new()
+        return child
+
     def remove(self, *values: str) -> None:
         """Drop one series (none: nothing to do), as prometheus_client's `remove`."""
         self._children.pop(values, None)
@@ -53,14 +63,8 @@ class _Family:
 class PlainCounter(_Family):
     """A counter with labels, as prometheus_client's `Counter(name, documentation, labelnames)` exposes it."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        super().__init__(name, documentation, labelnames)
-
-    def labels(self, *values: str) -> CounterSeries:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = CounterSeries()
-        return child
+    def _new(self) -> CounterSeries:
+        return CounterSeries()
 
     def family(self) -> Metric:
         fam = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -77,11 +81,8 @@ class PlainHistogram(_Family):
         self.bounds = tuple(float(b) for b in buckets)
         self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
 
-    def labels(self, *values: str) -> HistogramSeries:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = HistogramSeries(self.bounds)
-        return child
+    def _new(self) -> HistogramSeries:
+        return HistogramSeries(self.bounds)
 
     def family(self) -> Metric:
         fam = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -94,6 +95,9 @@ class PlainHistogram(_Family):
         return fam
 
 
+_F = TypeVar("_F", PlainCounter, PlainHistogram)
+
+
 class PlainSeries:
     """The registry's collector for a set of plain counters and histograms: `snapshot()` on the loop, `collect()`
     in the render thread."""
@@ -102,8 +106,9 @@ class PlainSeries:
         self.metrics: list[PlainCounter | PlainHistogram] = []
         self._taken: list[Metric] = []
 
-    def add(self, metric: PlainCounter | PlainHistogram) -> None:
+    def add(self, metric: _F) -> _F:
         self.metrics.append(metric)
+        return metric
 
     def describe(self) -> list[Metric]:
         return []
