@@ -92,6 +92,8 @@ bench: install
 	$(PY) bench/peers.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2)
 	@# the gateway over the fake runner at a GPU's pace, and issue 38's targets for it, met or not
 	$(PY) bench/gpu_speed_fake.py --rounds 40 --conc-rounds 8 --label make-bench
+	@# the 16 clients wave by wave: where a side falls behind the runner reached directly
+	$(PY) bench/waves.py --rounds 10
 
 # ollama-py against llama-server's router mode and a plain llama-server, each at its defaults (issue 25)
 bench-peers: install
