@@ -146,6 +146,7 @@ class Lane:
         self._encode: Callable[[Any], bytes] | None = None  # stream_response's encoder and trailer
         self._trailer = b""
         self._writer: AbstractStreamWriter | None = None
+        self._outlet: _Outlet | None = None  # where bind()'s putters send (the held-back headers with the first)
         self.final: Final | None = None  # the Final the lane ended the body with (`ended`)
         self._request: web.Request | None = None
         self.response: web.StreamResponse | None = None  # offered by stream_response, prepared early or by it
@@ -232,22 +233,22 @@ class Lane:
             self._transport = request.transport
             self._writer = request.writer
             transport, writer = request.transport, request.writer
+            self._outlet = outlet = _Outlet(transport, writer)
             if self._blocks is not None:
                 encode = self._encode or sse_event
-                put, write = _block_putters(self._blocks, "text", encode, transport, writer)
-                put_thought, write_thought = _block_putters(self._blocks, "thinking", encode, transport, writer)
+                put, write = _block_putters(self._blocks, "text", encode, transport, writer, outlet)
+                put_thought, write_thought = _block_putters(self._blocks, "thinking", encode, transport, writer,
+                                                            outlet)
             else:
                 assert self._render is not None
-                put, write = _template_putters(self._render, transport, writer)
-                put_thought, write_thought = (_template_putters(self._render_thought, transport, writer)
+                put, write = _template_putters(self._render, transport, writer, outlet)
+                put_thought, write_thought = (_template_putters(self._render_thought, transport, writer, outlet)
                                               if self._render_thought is not None else (_refuse, _refuse))
-            send_headers = getattr(writer, "send_headers", None)
 
-            def opened() -> bool:  # the first chunk the lane writes: the held-back headers go first
+            def opened() -> bool:  # the first chunk the lane writes: the held-back headers go with it
                 if not self.ready():
                     return False
-                if send_headers is not None:
-                    send_headers()  # (a no-op once aiohttp sent them)
+                outlet.with_headers()
                 self.put, self.write, self.wrote = put, write, True
                 self._put_thought, self._write_thought = put_thought, write_thought
                 if self._on_first is not None:
@@ -325,9 +326,8 @@ class Lane:
         """Step 5: the route's last events for the Final of this stop event and the end of the body, in one
         write; False (nothing written) where the ordinary way must do it (what on_stop noted of the event it notes
         again: the slot given back, the event kept)."""
-        writer, transport, encode, end, on_stop = self._writer, self._transport, self._encode, self._end, \
-            self._on_stop
-        if (not self.wrote or writer is None or transport is None or encode is None or end is None
+        writer, outlet, encode, end, on_stop = self._writer, self._outlet, self._encode, self._end, self._on_stop
+        if (not self.wrote or writer is None or outlet is None or encode is None or end is None
                 or on_stop is None or event.get("content") or not self.ready() or not hasattr(writer, "chunked")
                 or (set_eof := getattr(writer, "set_eof", None)) is None):
             return False
@@ -341,7 +341,7 @@ class Lane:
             return False
         frame = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
         writer.output_size += len(frame)  # the access log's byte count
-        transport.write(frame)
+        outlet.send(frame)
         if hasattr(writer, "chunked"):
             writer.chunked = False  # the lane wrote the end of the chunked body: the writer adds nothing to it
         set_eof()
@@ -362,6 +362,39 @@ def _refuse(raw: Any) -> bool:
     return False
 
 
+class _Outlet:
+    """Where a lane's bytes go: its client's transport, except that the first send after `with_headers` takes
+    the status line and headers aiohttp holds back with it (aiohttp >= 3.12 keeps them until the body's first
+    write): one send, and one wake-up of the client, for the headers and the first token, as aiohttp does for a
+    body it writes itself. A writer whose held headers this cannot take (another aiohttp) sends them first."""
+
+    __slots__ = ("send", "_transport", "_writer")
+
+    def __init__(self, transport: asyncio.Transport, writer: AbstractStreamWriter) -> None:
+        self._transport, self._writer = transport, writer
+        self.send: Callable[[bytes], Any] = transport.write
+
+    def with_headers(self) -> None:
+        """The next send takes the held-back headers with it (nothing to do once they were sent)."""
+        writer = self._writer
+        if hasattr(writer, "_headers_buf") and hasattr(writer, "_headers_written"):
+            if writer._headers_buf and not writer._headers_written:
+                self.send = self._with_headers
+        elif (send_headers := getattr(writer, "send_headers", None)) is not None:
+            send_headers()  # (a no-op once aiohttp sent them)
+
+    def _with_headers(self, data: bytes) -> None:
+        transport, writer = self._transport, self._writer
+        self.send = transport.write
+        head = writer._headers_buf  # type: ignore[attr-defined]
+        if head and not writer._headers_written:  # type: ignore[attr-defined]  # (else the ordinary way sent them)
+            writer._headers_buf, writer._headers_written = None, True  # type: ignore[attr-defined]
+            writer.buffer_size += len(head)
+            writer.output_size += len(head)  # as aiohttp counts them
+            data = head + data
+        transport.write(data)
+
+
 def _whole(text: str) -> bool:
     """A text decoded with surrogateescape had only whole UTF-8 characters (llama-server sends nothing else)."""
     if text.isascii():
@@ -374,9 +407,10 @@ def _whole(text: str) -> bool:
 
 
 def _template_putters(render: Callable[[str, str], bytes], transport: asyncio.Transport,
-                      writer: AbstractStreamWriter) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
+                      writer: AbstractStreamWriter, outlet: _Outlet,
+                      ) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
     """`put(raw)` and `write(text)` for a stateless chunk renderer (_putter)."""
-    put = _putter(render, transport, writer)
+    put = _putter(render, transport, writer, outlet)
 
     def write(text: str) -> bool:
         return put(escaped(text))
@@ -385,7 +419,8 @@ def _template_putters(render: Callable[[str, str], bytes], transport: asyncio.Tr
 
 
 def _block_putters(blocks: BlockStream, kind: str, encode: Callable[[Any], bytes], transport: asyncio.Transport,
-                   writer: AbstractStreamWriter) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
+                   writer: AbstractStreamWriter, outlet: _Outlet,
+                   ) -> tuple[Callable[[bytes], bool], Callable[[str], bool]]:
     """`put(raw)` and `write(text)` for a block translator (Anthropic's MessageStream, the Responses API's
     ResponseStream; its `text` or `thinking`, as `kind` says): the events it gives for a text in its state (a
     delta in the open block; the message's or block's opening with the first), in one chunk; False, writing
@@ -396,7 +431,7 @@ def _block_putters(blocks: BlockStream, kind: str, encode: Callable[[Any], bytes
     delta's bytes are formatted into that layout, made once from `delta_event` with markers as _putter makes a
     route's chunk, the text's JSON string body and the number formatted in; else its events are made and
     encoded."""
-    is_closing, buffered, send = transport.is_closing, transport.get_write_buffer_size, transport.write
+    is_closing, buffered = transport.is_closing, transport.get_write_buffer_size
     text_events = blocks.text if kind == "text" else blocks.thinking
     steady, delta_event = blocks.steady_delta, blocks.delta_event
     layouts: dict[Any, tuple[bytes, bool] | None] = {}
@@ -432,7 +467,7 @@ def _block_putters(blocks: BlockStream, kind: str, encode: Callable[[Any], bytes
                 data = fmt % ((n, body) if number_first else (body, n))
         frame = b"%x\r\n%s\r\n" % (len(data), data)
         writer.output_size += len(frame)  # the access log's byte count
-        send(frame)
+        outlet.send(frame)
         return True
 
     def write(text: str) -> bool:
@@ -449,7 +484,7 @@ def _block_putters(blocks: BlockStream, kind: str, encode: Callable[[Any], bytes
 
 
 def _putter(render: Callable[[str, str], bytes], transport: asyncio.Transport,
-            writer: AbstractStreamWriter) -> Callable[[bytes], bool]:
+            writer: AbstractStreamWriter, outlet: _Outlet) -> Callable[[bytes], bool]:
     """`put(raw)`: the route's chunk for a text given as its JSON string body (escaped, UTF-8), framed and
     written, created_at (where the chunk has one) as now_rfc3339() gives it; False, writing nothing, when the
     client is gone or slow. The token path: two bytes formats a token, everything else looked up once here."""
@@ -461,8 +496,7 @@ def _putter(render: Callable[[str, str], bytes], transport: asyncio.Transport,
     stamped, stamp_first = stamp_at >= 0, 0 <= stamp_at < text_at
     if not stamped:
         frame_fmt += b"%s"  # the (empty) stamp
-    is_closing, buffered, write, time_ns = transport.is_closing, transport.get_write_buffer_size, transport.write, \
-        time.time_ns
+    is_closing, buffered, time_ns = transport.is_closing, transport.get_write_buffer_size, time.time_ns
 
     def put(raw: bytes) -> bool:
         if is_closing() or buffered() >= _LANE_BUFFER:
@@ -475,7 +509,7 @@ def _putter(render: Callable[[str, str], bytes], transport: asyncio.Transport,
             when = b"%s%06dZ" % (_SECOND[2], micros)
         frame = frame_fmt % ((fixed + len(raw), when, raw) if stamp_first else (fixed + len(raw), raw, when))
         writer.output_size += len(frame)  # the access log's byte count
-        write(frame)
+        outlet.send(frame)
         return True
 
     return put

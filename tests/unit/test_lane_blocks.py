@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ollama_py.server.anthropic_translate import MessageStream
 from ollama_py.server.completion import Final
 from ollama_py.server.responses_translate import ResponseStream, parse_responses
-from ollama_py.server.streaming import _block_putters, sse_event
+from ollama_py.server.streaming import _block_putters, _Outlet, sse_event
 
 
 class _Transport:
@@ -35,6 +35,11 @@ class _Transport:
 
 class _Writer:
     output_size = 0
+
+
+def _putters(stream: Any, kind: str, encode: Any, transport: _Transport) -> Any:
+    writer = _Writer()
+    return _block_putters(stream, kind, encode, transport, writer, _Outlet(transport, writer))  # type: ignore[arg-type]
 
 
 def _unframed(frames: list[bytes]) -> bytes:
@@ -77,9 +82,8 @@ def test_the_lane_writes_what_the_translator_makes(which: str, show_thinking: bo
     same finish."""
     lane_stream, ordinary = _streams(which, show_thinking)
     transport = _Transport()
-    put, write = _block_putters(lane_stream, "text", sse_event, transport, _Writer())  # type: ignore[arg-type]
-    put_thought, write_thought = _block_putters(lane_stream, "thinking", sse_event, transport,  # type: ignore[arg-type]
-                                                _Writer())
+    put, write = _putters(lane_stream, "text", sse_event, transport)
+    put_thought, write_thought = _putters(lane_stream, "thinking", sse_event, transport)
     expected = []
     for i, (kind, text) in enumerate([*(("thinking", t) for t in thoughts), *(("text", t) for t in texts)]):
         raw = i < len(as_raw) and as_raw[i] and not any(c in text for c in '"\\') and text.isprintable()
@@ -109,7 +113,7 @@ def test_past_the_opening_each_delta_is_formatted_not_encoded() -> None:
             {"model": "m", "input": "hi", "stream": True}).echo), 5)):
         encoded: list[Any] = []
         transport = _Transport()
-        _, write = _block_putters(stream, "text", _counting(encoded), transport, _Writer())  # type: ignore[arg-type]
+        _, write = _putters(stream, "text", _counting(encoded), transport)
         for text in ("Hello", " there", ' "quoted"', " 100%", " done"):
             assert write(text)
         assert len(encoded) == opening + 1, [e[0] for e in encoded]

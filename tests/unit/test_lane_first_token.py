@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from ollama_py.server.appkeys import SCHEDULER
 from ollama_py.server.streaming import Lane, ndjson_line
@@ -51,6 +52,46 @@ async def test_every_text_chunk_of_a_plain_stream_takes_the_lane_the_first_too(f
         whole = await (await client.post(route, json={**body, "stream": False})).json()
         final = [json.loads(x) for x in (await (await client.post(route, json=body)).text()).splitlines()][-1]
         assert final["context"] == whole["context"] and len(final["context"]) > 6
+
+
+@pytest.mark.parametrize(("route", "body", "first"), [
+    ("/api/generate", {"model": "tiny", "prompt": "hi", "raw": True}, b'"response":"The"'),
+    ("/v1/chat/completions", {"model": "tiny", "messages": ASK, "stream": True}, b'"content":"The"'),
+    ("/v1/messages", {"model": "tiny", "messages": ASK, "max_tokens": 5, "stream": True}, b"event: message_start"),
+])
+async def test_the_headers_leave_with_the_first_token_in_one_send(fake_app: Any, aiohttp_client: Any, route: str,
+                                                                  body: dict, first: bytes) -> None:
+    """aiohttp holds a prepared response's headers back until its body's first write; the lane's first token takes
+    them along: one send (one wake-up of the client) where there were two. Every send to the client recorded."""
+    _, app = fake_app(fake_env={"FAKE_TOKENS": "4", "FAKE_PROMPT_DELAY": "0.05", "FAKE_TOKEN_DELAY": "0.01"})
+    sends: list[bytes] = []
+    wrapped: set[int] = set()
+
+    @web.middleware
+    async def record(request: web.Request, handler: Any) -> Any:
+        transport = request.transport
+        if transport is not None and id(transport) not in wrapped:  # (a kept-alive connection: once)
+            wrapped.add(id(transport))
+            write = transport.write
+
+            def recorded(data: bytes) -> None:
+                sends.append(bytes(data))
+                write(data)
+
+            transport.write = recorded  # type: ignore[method-assign]
+        return await handler(request)
+
+    app.middlewares.append(record)
+    client = await aiohttp_client(app)
+    assert (await client.post("/api/generate", json={"model": "tiny"})).status == 200  # loaded
+    before = Lane.totals["unparsed"] + Lane.totals["parsed"]
+    sends.clear()
+    r = await client.post(route, json=body)
+    assert r.status == 200 and "The" in await r.text()
+    assert Lane.totals["unparsed"] + Lane.totals["parsed"] > before  # the lane wrote this stream
+    assert sends[0].startswith(b"HTTP/1.1 200 OK\r\n") and b"Transfer-Encoding: chunked" in sends[0]
+    assert first in sends[0].partition(b"\r\n\r\n")[2]  # the body's first chunk, in the same send
+    assert not any(s.startswith(b"HTTP/1.1") for s in sends[1:])
 
 
 async def test_a_runner_gone_before_its_first_token_is_an_error_with_its_own_status(fake_app: Any,
