@@ -195,6 +195,31 @@ def cpu_seconds(pid: int) -> float:
         return t.user + t.system
 
 
+def wakeups(pid: int) -> int:
+    """How often a process (all its threads) has slept and been woken: its voluntary context switches (a thread
+    that blocks, in epoll or on a lock, and runs again when woken), from /proc; 0 where unreadable."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+    return total
+
+
+def runner_pid(serve: Child, binary_name: str = "llama-server") -> int | None:
+    """The pid of the serve's running llama-server child (the first whose argv names `binary_name`), or None."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process(serve.proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if any(Path(c).name == binary_name for c in p.cmdline()[:3]) and "--port" in p.cmdline():
+                    return int(p.pid)
+    return None
+
+
 # -- the machine --------------------------------------------------------------------------------------------------
 def cpu_model() -> str:
     with contextlib.suppress(OSError):

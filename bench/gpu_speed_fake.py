@@ -33,6 +33,11 @@ medians of the per-round pairs (the machine is shared: pairs share its load at t
                gateway costs (bench/aiohttp_floor.py: one handler over ollama-py's runner client): how much of the
                gateway's added time is the machine's and aiohttp's, and how much its own
 
+Where the processes run: by default wherever the kernel puts them (on two cores the client, serve and the fake
+contend, and the fake's clock loses what a late step costs it); `--pin` keeps the fake alone on the first CPU (serve
+and the client share the others); `--pin-serve` keeps serve and the floor relays alone on the others (the fake and
+the client share the first, on both sides alike): the gateway with CPU of its own, as on a GPU's host.
+
 Writes bench/results/gpu_speed_fake.json (keyed by --label) and prints a markdown table, then issue 38's targets
 for this case, each met or not (`make bench` runs it).
 """
@@ -48,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -304,20 +309,23 @@ class Bench:
         return {name: {"added_ttft_ms": median(added[name]), "ratio_total": median(whole[name])} for name in added}
 
 
-def start_floors(tmp: Path, upstream: str, key: str) -> tuple[dict[str, str], list[subprocess.Popen[bytes]]]:
+def start_floors(tmp: Path, upstream: str, key: str, prefix: Sequence[str] = (),
+                 ) -> tuple[dict[str, str], list[subprocess.Popen[bytes]]]:
     """The two floor relays in front of the fake at `upstream` (its URL): name -> URL, and their processes (the C
-    one only where a C compiler is). The caller waits for them to listen."""
+    one only where a C compiler is; `prefix` wraps their commands: taskset). The caller waits for them to
+    listen."""
     port = upstream.rsplit(":", 1)[1]
     relays: dict[str, str] = {}
     procs: list[subprocess.Popen[bytes]] = []
     with open(tmp / "floors.log", "wb") as log:
         if shutil.which("cc") or shutil.which("gcc"):
             c_port = free_port()
-            procs.append(subprocess.Popen([str(build_relay(tmp)), str(c_port), port, key], stdout=log, stderr=log))
+            procs.append(subprocess.Popen([*prefix, str(build_relay(tmp)), str(c_port), port, key], stdout=log,
+                                          stderr=log))
             relays["C relay"] = f"http://127.0.0.1:{c_port}"
         a_port = free_port()
-        procs.append(subprocess.Popen([sys.executable, str(ROOT / "bench" / "aiohttp_floor.py"), str(a_port), port,
-                                       key], stdout=log, stderr=log))
+        procs.append(subprocess.Popen([*prefix, sys.executable, str(ROOT / "bench" / "aiohttp_floor.py"), str(a_port),
+                                       port, key], stdout=log, stderr=log))
         relays["aiohttp relay"] = f"http://127.0.0.1:{a_port}"
     return relays, procs
 
@@ -394,11 +402,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="gpu-speed-fake-") as d:
         tmp = Path(d)
-        if args.pin:  # the fake on CPU 0; serve and this client on the others
-            others = sorted(os.sched_getaffinity(0) - {0})
-            os.sched_setaffinity(0, others)
+        cpus = sorted(os.sched_getaffinity(0))
+        between: tuple[str, ...] = ()  # serve's and the relays' taskset, with --pin-serve
+        if args.pin:  # the fake on the first CPU; serve and this client on the others
+            os.sched_setaffinity(0, cpus[1:])
+        elif args.pin_serve:  # serve and the relays on the others; the fake and this client on the first
+            os.sched_setaffinity(0, cpus[:1])
+            between = ("taskset", "-c", ",".join(map(str, cpus[1:])))
         serve = start_serve(tmp / "serve", {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_MAX_LOADED_MODELS": "3"},
-                            runners_dir=_runners_dir(tmp, "0" if args.pin else "", args.clock))
+                            prefix=between,
+                            runners_dir=_runners_dir(tmp, str(cpus[0]) if args.pin or args.pin_serve else "",
+                                                     args.clock))
         bench: Bench | None = None
         try:
             gguf = write_tiny_gguf(tmp / "tiny.gguf", ctx=8192, chat_template=CHATML_TEMPLATE)
@@ -421,7 +435,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             cases = await bench.round_trip(args.rounds)
             per_token = await bench.per_token_cpu(max(3, args.rounds // 8))
             floors: dict[str, Any] = {}
-            relays, floor_procs = (start_floors(tmp, bench.direct, runner_key(serve, "fake_llama_server.py"))
+            relays, floor_procs = (start_floors(tmp, bench.direct, runner_key(serve, "fake_llama_server.py"), between)
                                    if args.floor_rounds else ({}, []))
             try:
                 for url in relays.values():
@@ -436,7 +450,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     proc.terminate()
                     proc.wait(10)
             return {"floors": floors, "floor_rounds": args.floor_rounds,
-                    "label": args.label, "rounds": args.rounds, "pinned": args.pin, "clock": args.clock,
+                    "label": args.label, "rounds": args.rounds, "pinned": args.pin,
+                    "serve_pinned": args.pin_serve, "clock": args.clock,
                     "cases": cases, "conc16": conc,
                     "cpu_per_token_us": per_token["native"], "cpu_per_token_us_by_route": per_token,
                     "load": [load0, load_average()], "cpu": cpu_model(),
@@ -459,6 +474,10 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true",
                     help="the fake alone on CPU 0, serve and the client on the others: the runner's pace kept "
                          "apart from the gateway's CPU, as a GPU's is")
+    ap.add_argument("--pin-serve", action="store_true",
+                    help="serve (and the floor relays) alone on the CPUs but the first; the fake and the client on "
+                         "the first: the gateway's CPU kept apart from the runner's and the client's, as on a "
+                         "machine with cores to spare (a GPU's), while the direct side shares the very same CPU")
     ap.add_argument("--clock", choices=("steady", "relative"), default="steady",
                     help="the fake's decode clock: steady (a token every FAKE_TOKEN_DELAY on a fixed clock, as a "
                          "GPU's decode steps come whatever the host is doing) or relative (each token that delay "

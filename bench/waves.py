@@ -10,7 +10,9 @@ sends the clients' requests at once to each side in turn (the order rotated ever
 arrival. Per side it prints, for each wave of streams (the clients sorted by their first chunk, `slots` a wave),
 the median over rounds of the wave's first and last chunks in ms from the burst's start, the turns between waves
 (a wave's last chunk to the next wave's first), a stream's median length (its first chunk to its last), and the
-aggregate chunks/s ratio to direct; with `--json`, the same as one object.
+aggregate chunks/s ratio to direct, and each process's CPU and wake-ups a request (the fake, this client, and
+serve or the relay between them: /proc's schedstat and voluntary context switches, all threads); with `--json`,
+the same as one object.
 
 On two cores shared by the client, serve and the fake, the burst's start is where a gateway's per-request CPU shows
 (bench/results/overhead.md, twenty-second session): the side's first wave starts late, its turns and streams
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,7 +37,17 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import create_model, free_port, median, runner_argv, runner_key, start_serve  # noqa: E402
+from bench.common import (  # noqa: E402
+    cpu_seconds,
+    create_model,
+    free_port,
+    median,
+    runner_argv,
+    runner_key,
+    runner_pid,
+    start_serve,
+    wakeups,
+)
 from bench.gpu_speed_fake import _runners_dir, payloads  # noqa: E402
 from bench.relay_floor import wait_listening  # noqa: E402
 
@@ -97,11 +110,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                              "options": {"num_predict": args.tokens, "temperature": 0}}, None),
             }
             names = list(sides)
+            # each side's processes: the fake, this client, and between them serve or the relay (direct: none)
+            fake = runner_pid(serve, "fake_llama_server.py")
+            procs = {"fake": fake, "client": os.getpid()}
+            middle = {"direct": None, "aiohttp relay": relay.pid, "gateway": serve.proc.pid}
             got: dict[str, list[list[list[float]]]] = {name: [] for name in names}
             rates: dict[str, list[float]] = {name: [] for name in names}
+            costs: dict[str, list[dict[str, tuple[float, int]]]] = {name: [] for name in names}
             for i in range(args.rounds + 2):  # two rounds of warm-up
                 for name in names[i % len(names):] + names[:i % len(names)]:
                     url, body, headers = sides[name]
+                    watched = {**procs, "middle": middle[name]}
+                    before = {k: (cpu_seconds(p), wakeups(p)) for k, p in watched.items() if p is not None}
                     t0 = time.perf_counter()
                     streams = await asyncio.gather(*(chunk_times(session, url, body, headers, t0)
                                                      for _ in range(args.clients)))
@@ -109,11 +129,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     if i >= 2:
                         got[name].append(streams)
                         rates[name].append(sum(len(s) for s in streams) / wall)
+                        costs[name].append({k: (cpu_seconds(watched[k]) - c, wakeups(watched[k]) - w)  # type: ignore[arg-type]
+                                            for k, (c, w) in before.items()})
             out: dict[str, Any] = {"clients": args.clients, "slots": args.slots, "tokens": args.tokens,
                                    "rounds": args.rounds, "sides": {}}
             for name in names:
                 side = anatomy(got[name], args.slots)
                 side["ratio"] = median([r / d for r, d in zip(rates[name], rates["direct"])])
+                side["per_request"] = per_request(costs[name], args.clients)
                 out["sides"][name] = side
             return out
         finally:
@@ -122,6 +145,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 relay.terminate()
                 relay.wait(10)
             serve.stop()
+
+
+def per_request(costs: list[dict[str, tuple[float, int]]], clients: int) -> dict[str, dict[str, float]]:
+    """Each process's median CPU (µs) and wake-ups over a side's bursts, per request."""
+    return {k: {"cpu_us": (median([c[k][0] for c in costs]) or 0.0) * 1e6 / clients,
+                "wakeups": (median([float(c[k][1]) for c in costs]) or 0.0) / clients} for k in costs[0]}
 
 
 def table(res: dict[str, Any]) -> str:
@@ -135,6 +164,10 @@ def table(res: dict[str, Any]) -> str:
                 + " |")
     rows.append("| a stream (ms) | " + " | ".join(f"{s['stream_ms']:.1f}" for s in sides.values()) + " |")
     rows.append("| aggregate / direct | " + " | ".join(f"{s['ratio']:.3f}" for s in sides.values()) + " |")
+    for proc, what in (("fake", "the fake"), ("client", "the client"), ("middle", "serve / the relay")):
+        cells = [(f"{s['per_request'][proc]['cpu_us']:.0f} µs, {s['per_request'][proc]['wakeups']:.1f}"
+                  if proc in s["per_request"] else "-") for s in sides.values()]
+        rows.append(f"| {what}: CPU, wake-ups a request | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
