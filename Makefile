@@ -90,8 +90,11 @@ test-integration: test-prereqs install $(VENV)/.installed-convert
 bench: install
 	$(PY) bench/overhead.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2)
 	$(PY) bench/peers.py --runner runners/cpu_avx2/llama-server --model $(SMOLLM2)
-	@# the gateway over the fake runner at a GPU's pace, and issue 38's targets for it, met or not
+	@# the gateway over the fake runner at a GPU's pace, and issue 38's targets for it, met or not: the processes
+	@# where the kernel puts them, then serve on CPU of its own (as on a GPU's host; the fake and the client share
+	@# the first CPU on both sides)
 	$(PY) bench/gpu_speed_fake.py --rounds 40 --conc-rounds 8 --label make-bench
+	$(PY) bench/gpu_speed_fake.py --rounds 40 --conc-rounds 8 --pin-serve --label make-bench-pin-serve
 	@# the 16 clients wave by wave: where a side falls behind the runner reached directly
 	$(PY) bench/waves.py --rounds 10
 
