@@ -132,8 +132,9 @@ def with_port(argv: Sequence[str], port: int) -> list[str]:
     return out
 
 
-def runner_argv(serve: Child, binary_name: str = "llama-server") -> list[str] | None:
-    """The argv of the serve's running llama-server child (what the gateway really launched), or None."""
+def _runner(serve: Child, binary_name: str) -> Any:
+    """The serve's running llama-server child (a psutil.Process: the first whose argv names `binary_name` and a
+    port), or None."""
     import psutil
 
     with contextlib.suppress(psutil.Error):
@@ -141,7 +142,17 @@ def runner_argv(serve: Child, binary_name: str = "llama-server") -> list[str] | 
             with contextlib.suppress(psutil.Error):
                 cmd = p.cmdline()
                 if any(Path(c).name == binary_name for c in cmd[:3]) and "--port" in cmd:
-                    return cmd
+                    return p
+    return None
+
+
+def runner_argv(serve: Child, binary_name: str = "llama-server") -> list[str] | None:
+    """The argv of the serve's running llama-server child (what the gateway really launched), or None."""
+    import psutil
+
+    p = _runner(serve, binary_name)
+    with contextlib.suppress(psutil.Error):
+        return list(p.cmdline()) if p is not None else None
     return None
 
 
@@ -149,12 +160,16 @@ def runner_key(serve: Child, binary_name: str = "llama-server") -> str:
     """The API key the serve's llama-server child requires (each runner has its own, in its environment)."""
     import psutil
 
+    p = _runner(serve, binary_name)
     with contextlib.suppress(psutil.Error):
-        for p in psutil.Process(serve.proc.pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if any(Path(c).name == binary_name for c in p.cmdline()[:3]):
-                    return p.environ().get("LLAMA_API_KEY", "")
+        return str(p.environ().get("LLAMA_API_KEY", "")) if p is not None else ""
     return ""
+
+
+def runner_pid(serve: Child, binary_name: str = "llama-server") -> int | None:
+    """The pid of the serve's running llama-server child, or None."""
+    p = _runner(serve, binary_name)
+    return int(p.pid) if p is not None else None
 
 
 def upload_blob(url: str, path: Path) -> str:
@@ -206,18 +221,6 @@ def wakeups(pid: int) -> int:
                     if line.startswith("voluntary_ctxt_switches:"):
                         total += int(line.split()[1])
     return total
-
-
-def runner_pid(serve: Child, binary_name: str = "llama-server") -> int | None:
-    """The pid of the serve's running llama-server child (the first whose argv names `binary_name`), or None."""
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        for p in psutil.Process(serve.proc.pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if any(Path(c).name == binary_name for c in p.cmdline()[:3]) and "--port" in p.cmdline():
-                    return int(p.pid)
-    return None
 
 
 # -- the machine --------------------------------------------------------------------------------------------------

@@ -120,8 +120,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(args.rounds + 2):  # two rounds of warm-up
                 for name in names[i % len(names):] + names[:i % len(names)]:
                     url, body, headers = sides[name]
-                    watched = {**procs, "middle": middle[name]}
-                    before = {k: (cpu_seconds(p), wakeups(p)) for k, p in watched.items() if p is not None}
+                    watched = {k: p for k, p in {**procs, "middle": middle[name]}.items() if p is not None}
+                    before = {k: (cpu_seconds(p), wakeups(p)) for k, p in watched.items()}
                     t0 = time.perf_counter()
                     streams = await asyncio.gather(*(chunk_times(session, url, body, headers, t0)
                                                      for _ in range(args.clients)))
@@ -129,8 +129,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     if i >= 2:
                         got[name].append(streams)
                         rates[name].append(sum(len(s) for s in streams) / wall)
-                        costs[name].append({k: (cpu_seconds(watched[k]) - c, wakeups(watched[k]) - w)  # type: ignore[arg-type]
-                                            for k, (c, w) in before.items()})
+                        costs[name].append({k: (cpu_seconds(p) - before[k][0], wakeups(p) - before[k][1])
+                                            for k, p in watched.items()})
             out: dict[str, Any] = {"clients": args.clients, "slots": args.slots, "tokens": args.tokens,
                                    "rounds": args.rounds, "sides": {}}
             for name in names:
